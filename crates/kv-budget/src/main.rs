@@ -1,0 +1,151 @@
+//! `kv-budget`: the KV-cache calculator for scripts and CI.
+//!
+//! A thin shell over the `kv` crate: it reads flags and files, builds the same
+//! [`kv::Form`] the page builds from its URL, and prints the same figures.
+//!
+//! ```text
+//! kv-budget --query 'layers=32&kv_heads=8&head_dim=128&kv_dtype=bf16&seqs=8192x4' --json
+//! kv-budget --config config.json --seqs 4096x1 --kv-dtype bf16 --json
+//! ```
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use kv::{units, Form};
+use serde::Serialize;
+
+/// KV-cache capacity from a URL query, a preset or a Hugging Face config.json.
+#[derive(Parser, Debug)]
+#[command(name = "kv-budget", version)]
+struct Args {
+    /// A workbench URL query (`layers=32&kv_heads=8&…`), with or without `?`.
+    #[arg(long)]
+    query: Option<String>,
+    /// A model preset id (see --list-presets).
+    #[arg(long)]
+    preset: Option<String>,
+    /// A Hugging Face config.json to import.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// Sequence lengths, e.g. 8192x4 or 2048,4096,8192x2.
+    #[arg(long)]
+    seqs: Option<String>,
+    /// KV dtype: fp32|bf16|fp16|fp8|int8|int4.
+    #[arg(long = "kv-dtype")]
+    kv_dtype: Option<String>,
+    /// Any other field as name=value (repeatable), e.g. --set tp=4.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// List the presets and exit.
+    #[arg(long)]
+    list_presets: bool,
+}
+
+#[derive(Serialize)]
+struct Output<'a> {
+    query: String,
+    logical_bytes: u128,
+    per_token_bytes: u128,
+    allocated_bytes: u128,
+    logical: String,
+    per_token: String,
+    per_sequence: String,
+    allocated: String,
+    import_notes: &'a [String],
+    report: &'a kv::Report,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kv-budget: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    if args.list_presets {
+        for p in kv::presets::PRESETS {
+            println!("{:<16} {:<20} {}", p.id, p.name, p.source);
+        }
+        return Ok(());
+    }
+    let (mut form, warnings) = Form::from_query(args.query.as_deref().unwrap_or(""));
+    for w in warnings {
+        eprintln!("kv-budget: warning: {w}");
+    }
+    if let Some(id) = &args.preset {
+        let preset = kv::presets::find(id).with_context(|| format!("--preset: no preset `{id}` (see --list-presets)"))?;
+        form.apply(&preset.patch());
+    }
+    let mut notes = Vec::new();
+    if let Some(path) = &args.config {
+        let bytes = std::fs::read(path).with_context(|| format!("--config: cannot read {}", path.display()))?;
+        let imported = kv::config_import::import(&bytes).with_context(|| format!("--config {}", path.display()))?;
+        form.apply(&imported.patch);
+        notes = imported.notes;
+    }
+    if let Some(s) = args.seqs {
+        form.set("seqs", s);
+    }
+    if let Some(d) = args.kv_dtype {
+        form.set("kv_dtype", d);
+    }
+    for pair in &args.set {
+        let Some((name, value)) = pair.split_once('=') else { bail!("--set `{pair}`: expected NAME=VALUE") };
+        let Some(field) = kv::form::field(name) else { bail!("--set: unknown field `{name}`") };
+        form.set(field.name, value);
+    }
+    let inputs = form.validate().map_err(|errors| {
+        anyhow::anyhow!(errors.iter().map(|e| format!("invalid {}", e)).collect::<Vec<_>>().join("; "))
+    })?;
+    let report = kv::compute(&inputs)?;
+    if args.json {
+        let out = Output {
+            query: form.to_query(),
+            logical_bytes: report.logical_bytes,
+            per_token_bytes: report.per_token_bytes,
+            allocated_bytes: report.allocated_bytes,
+            logical: units::binary(report.logical_bytes),
+            per_token: units::binary(report.per_token_bytes),
+            per_sequence: report.per_sequence_text.clone(),
+            allocated: units::binary(report.allocated_bytes),
+            import_notes: &notes,
+            report: &report,
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_text(&report, &notes);
+    }
+    Ok(())
+}
+
+fn print_text(r: &kv::Report, notes: &[String]) {
+    for n in notes {
+        println!("note: {n}");
+    }
+    println!("{}", r.formula);
+    println!("logical KV payload  {:>14}  ({} bytes)", units::binary(r.logical_bytes), units::group_digits(r.logical_bytes));
+    println!("per token (all layers) {:>11}", units::binary(r.per_token_bytes));
+    println!("per sequence{}  {:>14}", if r.per_sequence_is_mean { " (mean)" } else { "" }, r.per_sequence_text);
+    for t in &r.logical.terms {
+        println!("  {}{:<60} {:>20} B   {}", if t.negative { "−" } else { "+" }, t.label, t.bytes_text(), t.expression);
+    }
+    println!("allocated (block {}) {:>14}  (+{} bytes rounding)", r.block, units::binary(r.allocated_bytes), units::group_digits(r.rounding_bytes));
+    let tp = &r.tensor_parallel;
+    println!("per GPU at TP {}: {} logical, {} allocated", tp.degree, units::binary(tp.per_gpu_logical_bytes), units::binary(tp.per_gpu_allocated_bytes));
+    if let Some(b) = &r.budget {
+        println!(
+            "budget: {} KV per GPU → max {} retained tokens, max {} sequences of this mix",
+            units::binary(b.kv_budget_bytes_per_gpu),
+            units::group_digits(b.max_retained_tokens),
+            units::group_digits(b.max_sequences)
+        );
+    }
+}

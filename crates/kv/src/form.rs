@@ -1,0 +1,400 @@
+//! The calculator's inputs as text, and their URL query codec.
+//!
+//! A [`Form`] holds exactly what the user typed, field by field, even when it
+//! is invalid: the URL carries those raw strings, so a reload restores every
+//! keystroke and an invalid parameter is reported next to its field while
+//! every valid one is kept. [`Form::validate`] turns the text into
+//! [`Inputs`] or into one [`FieldError`] per bad field.
+
+use crate::calc::{GpuBudget, Inputs, PrefixSharing, ScaleOverhead};
+use crate::dtype::Dtype;
+use crate::error::FieldError;
+use crate::model::{KindTag, LayerSpec, ModelShape};
+use crate::runs::{self, parse_runs, Run};
+use crate::units;
+
+/// One input of the calculator: its URL name, label and default text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    pub name: &'static str,
+    pub label: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+const fn f(name: &'static str, label: &'static str, default: &'static str, help: &'static str) -> Field {
+    Field { name, label, default, help }
+}
+
+/// Every field, in URL order. The defaults are the field guide's seed example.
+pub const FIELDS: &[Field] = &[
+    f("preset", "Preset", "", "model preset id; the fields below carry its values"),
+    f("layers", "Layers L", "32", "num_hidden_layers"),
+    f("kv_heads", "KV heads H_kv", "8", "num_key_value_heads (GQA: not the query-head count)"),
+    f("head_dim", "Head dim d_head", "128", "head_dim, else hidden_size / num_attention_heads"),
+    f("layer_types", "Layer types", "", "e.g. slidingx5,full — run-length list of full|sliding|mla; empty: all full"),
+    f("window", "Sliding window", "", "tokens a sliding-window layer keeps"),
+    f("layer_kv_heads", "Per-layer KV heads", "", "e.g. 3x10,4x10 — one count per layer; empty: H_kv everywhere"),
+    f("kv_lora_rank", "MLA kv_lora_rank", "", "MLA latent width (DeepSeek-V3: 512)"),
+    f("qk_rope_head_dim", "MLA qk_rope_head_dim", "", "MLA decoupled RoPE key width (DeepSeek-V3: 64)"),
+    f("kv_dtype", "KV dtype", "bf16", "fp32 | bf16 | fp16 | fp8 | int8 | int4"),
+    f("scale_bits", "Scale width (bits)", "", "8 | 16 | 32; empty: no quantization scales"),
+    f("scale_group", "Scale group (elements)", "", "elements per scale"),
+    f("seqs", "Sequence lengths Tᵢ", "8192x4", "e.g. 8192x4 or 2048,4096,8192x2"),
+    f("block", "Block size (tokens)", "16", "paged-attention block; 1: no rounding"),
+    f("tp", "Tensor-parallel degree", "1", "GPUs the KV heads are split over"),
+    f("prefix", "Shared prefix (tokens)", "", "prefix P held once"),
+    f("prefix_seqs", "Sequences sharing it", "", "N; empty: every sequence at least P long"),
+    f("gpu_gib", "GPU memory (GiB)", "", "per GPU, e.g. 80"),
+    f("reserve", "Reserve fraction", "0.1", "held back for activations and fragmentation"),
+    f("params", "Weight parameters", "", "parameters of the whole model"),
+    f("weight_dtype", "Weight dtype", "bf16", "precision of the weights, apart from the KV dtype"),
+    f("vllm", "vLLM log lines", "", "paste the start-up lines for the cross-check"),
+    f("embed", "Embed", "", "kv: the compact widget"),
+];
+
+/// Looks a field up by URL name.
+pub fn field(name: &str) -> Option<&'static Field> {
+    FIELDS.iter().find(|f| f.name == name)
+}
+
+/// The raw text of every field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Form {
+    values: Vec<String>,
+}
+
+impl Default for Form {
+    fn default() -> Self {
+        Form { values: FIELDS.iter().map(|f| f.default.to_string()).collect() }
+    }
+}
+
+fn index(name: &str) -> usize {
+    FIELDS.iter().position(|f| f.name == name).unwrap_or_else(|| panic!("no field named {name}"))
+}
+
+impl Form {
+    /// The text of a field. Panics on a name not in [`FIELDS`]: that is a
+    /// programming error, never user input.
+    pub fn get(&self, name: &str) -> &str {
+        &self.values[index(name)]
+    }
+
+    pub fn set(&mut self, name: &str, value: impl Into<String>) {
+        let i = index(name);
+        self.values[i] = value.into();
+    }
+
+    /// Parses a URL query (with or without the leading `?`). Unknown or
+    /// repeated parameters are reported as warnings; the field texts are kept
+    /// as they are, valid or not.
+    pub fn from_query(query: &str) -> (Form, Vec<String>) {
+        let mut form = Form::default();
+        let mut warnings = Vec::new();
+        let mut seen = Vec::new();
+        for pair in query.trim_start_matches('?').split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let name = percent_decode(name);
+            let value = percent_decode(value);
+            match field(&name) {
+                Some(f) => {
+                    if seen.contains(&f.name) {
+                        warnings.push(format!("parameter `{}` appears more than once; the last value is used", f.name));
+                    }
+                    seen.push(f.name);
+                    form.set(f.name, value);
+                }
+                None => warnings.push(format!("unknown parameter `{name}` was ignored")),
+            }
+        }
+        (form, warnings)
+    }
+
+    /// The query string (without `?`): every non-empty field, in a fixed
+    /// order, so the same inputs always give the same link.
+    pub fn to_query(&self) -> String {
+        FIELDS
+            .iter()
+            .zip(&self.values)
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(f, v)| format!("{}={}", f.name, percent_encode(v)))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+
+    /// Applies a set of field values (from a preset or a config import).
+    pub fn apply(&mut self, patch: &[(&'static str, String)]) {
+        for (name, value) in patch {
+            self.set(name, value.clone());
+        }
+    }
+
+    /// Whether the page should render as the compact widget.
+    pub fn is_embed(&self) -> bool {
+        self.get("embed") == "kv"
+    }
+
+    /// Turns the text into inputs, or names every field that is wrong.
+    pub fn validate(&self) -> Result<Inputs, Vec<FieldError>> {
+        let mut errors = Vec::new();
+
+        let layers = keep(&mut errors, self.required_u32("layers", 1));
+        let kv_heads = keep(&mut errors, self.required_u32("kv_heads", 1));
+        let head_dim = keep(&mut errors, self.required_u32("head_dim", 1));
+        let layer_types = keep(&mut errors, self.optional("layer_types", |t| parse_runs(t, KindTag::parse)));
+        let window = keep(&mut errors, self.optional("window", |t| at_least(runs::parse_u64(t)?, 1)));
+        let layer_kv_heads = keep(&mut errors, self.optional("layer_kv_heads", |t| parse_runs(t, |x| Ok(at_least(to_u32(runs::parse_u64(x)?)?, 1)?))));
+        let rank = keep(&mut errors, self.optional("kv_lora_rank", |t| at_least(to_u32(runs::parse_u64(t)?)?, 1)));
+        let rope = keep(&mut errors, self.optional("qk_rope_head_dim", |t| to_u32(runs::parse_u64(t)?)));
+        let kv_dtype = keep(&mut errors, self.dtype("kv_dtype"));
+        let scale_bits = keep(&mut errors, self.optional("scale_bits", |t| match runs::parse_u64(t)? {
+            b @ (8 | 16 | 32) => Ok(b as u32),
+            b => Err(format!("{b} is not a scale width (use 8, 16 or 32)")),
+        }));
+        let scale_group = keep(&mut errors, self.optional("scale_group", |t| at_least(to_u32(runs::parse_u64(t)?)?, 1)));
+        let seqs = keep(&mut errors, self.parsed("seqs", |t| parse_runs(t, |x| at_least(runs::parse_u64(x)?, 1))));
+        let block = keep(&mut errors, self.parsed("block", |t| at_least(runs::parse_u64(t)?, 1)));
+        let tp = keep(&mut errors, self.parsed("tp", |t| at_least(to_u32(runs::parse_u64(t)?)?, 1)));
+        let prefix = keep(&mut errors, self.optional("prefix", runs::parse_u64));
+        let prefix_seqs = keep(&mut errors, self.optional("prefix_seqs", |t| at_least(runs::parse_u64(t)?, 1)));
+        let gpu_gib = keep(&mut errors, self.optional("gpu_gib", |t| {
+            let d = units::parse_decimal(t)?;
+            match d.times_floor(1 << 30) {
+                Some(0) => Err("must be more than 0".to_string()),
+                Some(bytes) => Ok(bytes),
+                None => Err("is too large".to_string()),
+            }
+        }));
+        let reserve = keep(&mut errors, self.optional("reserve", |t| {
+            let d = units::parse_decimal(t)?;
+            if d.below_one() {
+                Ok(d)
+            } else {
+                Err(format!("{t} must be below 1 (a fraction such as 0.1)"))
+            }
+        }));
+        let params = keep(&mut errors, self.optional("params", runs::parse_u64));
+        let weight_dtype = keep(&mut errors, self.dtype("weight_dtype"));
+        let embed = self.get("embed");
+        if !matches!(embed, "" | "kv") {
+            errors.push(FieldError::new("embed", format!("`{embed}` is not a widget (use embed=kv)")));
+        }
+
+        // Cross-field checks need their parts to have parsed.
+        let mut model = None;
+        if let (Some(l), Some(h), Some(d), Some(types), Some(window), Some(lkv), Some(rank), Some(rope)) =
+            (layers, kv_heads, head_dim, layer_types.clone(), window, layer_kv_heads.clone(), rank, rope)
+        {
+            let mla = match (rank, rope) {
+                (Some(r), Some(p)) => Some((r, p)),
+                (None, None) => None,
+                (Some(_), None) => {
+                    errors.push(FieldError::new("qk_rope_head_dim", "is required with kv_lora_rank (MLA)"));
+                    None
+                }
+                (None, Some(_)) => {
+                    errors.push(FieldError::new("kv_lora_rank", "is required with qk_rope_head_dim (MLA)"));
+                    None
+                }
+            };
+            let spec = LayerSpec { layer_types: types, window, layer_kv_heads: lkv, mla };
+            match ModelShape::build(l, h, d, &spec) {
+                Ok(m) => model = Some(m),
+                Err(e) => errors.push(e),
+            }
+        }
+        let scale = match (scale_bits, scale_group) {
+            (Some(Some(bits)), Some(Some(group))) => Some(ScaleOverhead { bits, group }),
+            (Some(Some(_)), Some(None)) => {
+                errors.push(FieldError::new("scale_group", "is required with scale_bits"));
+                None
+            }
+            (Some(None), Some(Some(_))) => {
+                errors.push(FieldError::new("scale_bits", "is required with scale_group"));
+                None
+            }
+            _ => None,
+        };
+        let mut prefix_sharing = None;
+        if let (Some(Some(p)), Some(n), Some(seqs)) = (prefix, prefix_seqs, seqs.as_ref()) {
+            let eligible: u128 = seqs.iter().filter(|r| r.value >= p).map(|r| r.count as u128).sum();
+            let n = n.map(|n| n as u128).unwrap_or(eligible);
+            if n > eligible {
+                errors.push(FieldError::new("prefix_seqs", format!("{n} sequences cannot share {p} tokens: only {eligible} are at least {p} tokens long")));
+            } else {
+                prefix_sharing = Some(PrefixSharing { tokens: p, sequences: n as u64 });
+            }
+        } else if matches!(prefix, Some(None)) && matches!(prefix_seqs, Some(Some(_))) {
+            errors.push(FieldError::new("prefix", "is required with prefix_seqs"));
+        }
+        let vllm = match self.get("vllm").trim() {
+            "" => None,
+            text => match crate::vllm::parse(text, block.unwrap_or(16)) {
+                Ok(o) => Some(o),
+                Err(m) => {
+                    errors.push(FieldError::new("vllm", m));
+                    None
+                }
+            },
+        };
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let budget = gpu_gib.flatten().map(|gpu_bytes| GpuBudget {
+            gpu_bytes,
+            reserve: reserve.flatten().unwrap_or(units::Decimal { numerator: 0, scale: 0 }),
+            params: params.flatten().unwrap_or(0),
+            weight_dtype: weight_dtype.unwrap_or(Dtype::Bf16),
+        });
+        Ok(Inputs {
+            model: model.expect("model parsed when no errors"),
+            kv_dtype: kv_dtype.expect("checked"),
+            scale,
+            seqs: seqs.expect("checked"),
+            block: block.expect("checked"),
+            tp: tp.expect("checked"),
+            prefix: prefix_sharing,
+            budget,
+            vllm,
+        })
+    }
+
+    fn parsed<T>(&self, name: &'static str, parse: impl Fn(&str) -> Result<T, String>) -> Result<T, FieldError> {
+        let text = self.get(name);
+        if text.trim().is_empty() {
+            return Err(FieldError::new(name, "is required"));
+        }
+        parse(text).map_err(|m| FieldError::new(name, m))
+    }
+
+    fn optional<T>(&self, name: &'static str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Option<T>, FieldError> {
+        let text = self.get(name);
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        parse(text).map(Some).map_err(|m| FieldError::new(name, m))
+    }
+
+    fn required_u32(&self, name: &'static str, min: u32) -> Result<u32, FieldError> {
+        self.parsed(name, |t| at_least(to_u32(runs::parse_u64(t)?)?, min))
+    }
+
+    fn dtype(&self, name: &'static str) -> Result<Dtype, FieldError> {
+        self.parsed(name, |t| Dtype::parse(t).ok_or_else(|| format!("`{t}` is not one of fp32, bf16, fp16, fp8, int8, int4")))
+    }
+}
+
+/// Keeps a parsed value, or records its error and yields nothing.
+fn keep<T>(errors: &mut Vec<FieldError>, parsed: Result<T, FieldError>) -> Option<T> {
+    parsed.map_err(|e| errors.push(e)).ok()
+}
+
+fn to_u32(v: u64) -> Result<u32, String> {
+    u32::try_from(v).map_err(|_| format!("{v} is larger than 4294967295"))
+}
+
+fn at_least<T: PartialOrd + std::fmt::Display>(v: T, min: T) -> Result<T, String> {
+    if v < min {
+        Err(format!("{v} is out of range: must be at least {min}"))
+    } else {
+        Ok(v)
+    }
+}
+
+/// Renders sequence runs canonically (`8192x4`).
+pub fn format_seqs(seqs: &[Run<u64>]) -> String {
+    runs::format_runs(seqs, |v| v.to_string())
+}
+
+/// Percent-encodes a query value. Characters that read well and mean nothing
+/// special in a query value (`,` `:` `*` `/`) stay as they are; `+` is encoded
+/// because form decoding reads it as a space.
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b',' | b':' | b'*' | b'/' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Decodes `%XX` and `+` (a space, as browsers' form encoding writes it).
+/// Malformed escapes are kept literally rather than rejected: the text is the
+/// user's, and validation will name the field if it matters.
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            other => out.push(other),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calc::compute;
+
+    #[test]
+    fn default_is_the_seed() {
+        let r = compute(&Form::default().validate().unwrap()).unwrap();
+        assert_eq!(r.logical_bytes, 4_294_967_296);
+    }
+
+    #[test]
+    fn round_trip_keeps_every_character() {
+        let mut form = Form::default();
+        form.set("seqs", "2048,4096,8192x2");
+        form.set("vllm", "GPU KV cache size: 491,008 tokens & 100% + more = ok #1");
+        form.set("layers", "thirty");
+        let q = form.to_query();
+        assert!(q.contains("seqs=2048,4096,8192x2"), "{q}");
+        let (back, warnings) = Form::from_query(&q);
+        assert_eq!(back, form);
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn invalid_parameter_is_named_and_the_rest_kept() {
+        let (form, warnings) = Form::from_query("?layers=0&kv_heads=4&kv_dtype=fp7&seqs=100&bogus=1");
+        assert_eq!(warnings, vec!["unknown parameter `bogus` was ignored".to_string()]);
+        assert_eq!(form.get("kv_heads"), "4");
+        let errors = form.validate().unwrap_err();
+        let fields: Vec<_> = errors.iter().map(|e| e.field).collect();
+        assert_eq!(fields, vec!["layers", "kv_dtype"]);
+        assert!(errors[0].message.contains("out of range"));
+    }
+
+    #[test]
+    fn decode_is_lenient() {
+        assert_eq!(percent_decode("a%2Cb+c%zz%4"), "a,b c%zz%4");
+        assert_eq!(percent_decode("%E2%86%92"), "→");
+    }
+
+    #[test]
+    fn prefix_checks() {
+        let (form, _) = Form::from_query("seqs=100x2,10&prefix=50&prefix_seqs=3");
+        let e = form.validate().unwrap_err();
+        assert_eq!(e[0].field, "prefix_seqs");
+        let (form, _) = Form::from_query("seqs=100x2,10&prefix=50");
+        assert_eq!(form.validate().unwrap().prefix.unwrap().sequences, 2);
+    }
+}

@@ -1,0 +1,126 @@
+//! The capacity plot as SVG text: KV bytes on one GPU against context length
+//! for the current model and dtype, the GPU's KV budget as a line, and the
+//! current length mix as a point.
+//!
+//! Producing markup here keeps the plot's arithmetic testable natively; the
+//! page only inserts the string. Colours come from CSS classes so dark mode
+//! works without re-rendering.
+
+use crate::calc::{compute, Inputs, Report};
+use crate::runs::Run;
+use crate::units;
+
+const WIDTH: f64 = 640.0;
+const HEIGHT: f64 = 260.0;
+const LEFT: f64 = 78.0;
+const RIGHT: f64 = 16.0;
+const TOP: f64 = 14.0;
+const BOTTOM: f64 = 40.0;
+const POINTS: u64 = 64;
+
+/// Renders the plot for `inputs` (whose figures are `report`). Every point is
+/// a full calculation with `n` sequences of length `T`, `n` being the number
+/// of sequences in the mix.
+pub fn svg(inputs: &Inputs, report: &Report) -> String {
+    let n = report.sequences.max(1).min(u64::MAX as u128) as u64;
+    let longest = inputs.seqs.iter().map(|r| r.value).max().unwrap_or(1);
+    let x_max = nice_ceiling((longest as f64 * 1.25).max(16.0));
+    let mut curve = Vec::new();
+    for i in 0..=POINTS {
+        let t = ((x_max * i as f64 / POINTS as f64).round() as u64).max(1);
+        let mut at = inputs.clone();
+        at.seqs = vec![Run { value: t, count: n }];
+        at.vllm = None;
+        at.budget = None;
+        if let Ok(r) = compute(&at) {
+            curve.push((t as f64, r.tensor_parallel.per_gpu_allocated_bytes as f64));
+        }
+    }
+    let budget = report.budget.as_ref().map(|b| b.kv_budget_bytes_per_gpu as f64);
+    let mean_t = report.total_tokens as f64 / n as f64;
+    let mix = (mean_t, report.tensor_parallel.per_gpu_allocated_bytes as f64);
+    let y_top = curve.iter().map(|p| p.1).chain(budget).chain([mix.1]).fold(1.0, f64::max);
+    let y_max = nice_ceiling(y_top * 1.08);
+
+    let sx = |x: f64| LEFT + (WIDTH - LEFT - RIGHT) * x / x_max;
+    let sy = |y: f64| HEIGHT - BOTTOM - (HEIGHT - TOP - BOTTOM) * y / y_max;
+    let mut s = String::new();
+    s.push_str(&format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="kvplot-title" class="kv-plot"><title id="kvplot-title">KV bytes per GPU for {n} sequences against context length</title>"#
+    ));
+    for i in 0..=4 {
+        let y = y_max * i as f64 / 4.0;
+        let py = sy(y);
+        s.push_str(&format!(r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/>"#, WIDTH - RIGHT));
+        s.push_str(&format!(r#"<text class="tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"#, LEFT - 6.0, py + 4.0, units::binary(y as u128)));
+        let x = x_max * i as f64 / 4.0;
+        let px = sx(x);
+        s.push_str(&format!(r#"<text class="tick" x="{px:.1}" y="{}" text-anchor="middle">{}</text>"#, HEIGHT - BOTTOM + 16.0, tokens_label(x)));
+    }
+    s.push_str(&format!(
+        r#"<text class="axis" x="{:.1}" y="{}" text-anchor="middle">context length T (tokens) · {n} sequences · block {}</text>"#,
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        HEIGHT - 6.0,
+        inputs.block
+    ));
+    let path: Vec<String> = curve.iter().map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y))).collect();
+    s.push_str(&format!(r#"<polyline class="curve" fill="none" points="{}"/>"#, path.join(" ")));
+    if let Some(b) = budget {
+        let py = sy(b);
+        s.push_str(&format!(r#"<line class="budget" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/>"#, WIDTH - RIGHT));
+        s.push_str(&format!(r#"<text class="budget-label" x="{}" y="{:.1}" text-anchor="end">KV budget per GPU {}</text>"#, WIDTH - RIGHT - 4.0, py - 5.0, units::binary(b as u128)));
+    }
+    s.push_str(&format!(
+        r#"<circle class="mix" cx="{:.1}" cy="{:.1}" r="5"><title>current mix: mean T {:.0}, {} per GPU</title></circle>"#,
+        sx(mix.0),
+        sy(mix.1),
+        mix.0,
+        units::binary(mix.1 as u128)
+    ));
+    s.push_str("</svg>");
+    s
+}
+
+/// 1, 2 or 5 × 10^k, at least `v`.
+fn nice_ceiling(v: f64) -> f64 {
+    let exp = 10f64.powf(v.max(1.0).log10().floor());
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if m * exp >= v {
+            return m * exp;
+        }
+    }
+    10.0 * exp
+}
+
+fn tokens_label(t: f64) -> String {
+    if t >= 1_000_000.0 {
+        format!("{:.1}M", t / 1_000_000.0).replace(".0M", "M")
+    } else if t >= 1000.0 {
+        format!("{:.1}k", t / 1000.0).replace(".0k", "k")
+    } else {
+        format!("{t:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plot_has_curve_budget_and_mix() {
+        let mut inputs = Inputs::seed();
+        inputs.budget = Some(crate::calc::GpuBudget {
+            gpu_bytes: 80 << 30,
+            reserve: units::Decimal { numerator: 1, scale: 1 },
+            params: 8_000_000_000,
+            weight_dtype: crate::Dtype::Bf16,
+        });
+        let report = compute(&inputs).unwrap();
+        let svg = svg(&inputs, &report);
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+        assert!(svg.contains(r#"class="curve""#));
+        assert!(svg.contains(r#"class="budget""#));
+        assert!(svg.contains(r#"class="mix""#));
+        assert_eq!(svg.matches("<polyline").count(), 1);
+    }
+}

@@ -1,0 +1,1 @@
+//! The workbench web app (placeholder while the page is written).
