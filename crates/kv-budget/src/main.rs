@@ -102,9 +102,9 @@ fn run(args: Args) -> Result<()> {
         let Some(field) = kv::form::field(name) else { bail!("--set: unknown field `{name}`") };
         form.set(field.name, value);
     }
-    let inputs = form.validate().map_err(|errors| {
-        anyhow::anyhow!(errors.iter().map(|e| format!("invalid {}", e)).collect::<Vec<_>>().join("; "))
-    })?;
+    let inputs = form
+        .validate()
+        .map_err(|errors| anyhow::anyhow!(errors.iter().map(|e| format!("invalid {}", e)).collect::<Vec<_>>().join("; ")))?;
     let report = kv::compute(&inputs)?;
     if args.json {
         let out = Output {
@@ -137,9 +137,19 @@ fn print_text(r: &kv::Report, notes: &[String]) {
     for t in &r.logical.terms {
         println!("  {}{:<60} {:>20} B   {}", if t.negative { "−" } else { "+" }, t.label, t.bytes_text(), t.expression);
     }
-    println!("allocated (block {}) {:>14}  (+{} bytes rounding)", r.block, units::binary(r.allocated_bytes), units::group_digits(r.rounding_bytes));
+    println!(
+        "allocated (block {}) {:>14}  (+{} bytes rounding)",
+        r.block,
+        units::binary(r.allocated_bytes),
+        units::group_digits(r.rounding_bytes)
+    );
     let tp = &r.tensor_parallel;
-    println!("per GPU at TP {}: {} logical, {} allocated", tp.degree, units::binary(tp.per_gpu_logical_bytes), units::binary(tp.per_gpu_allocated_bytes));
+    println!(
+        "per GPU at TP {}: {} logical, {} allocated",
+        tp.degree,
+        units::binary(tp.per_gpu_logical_bytes),
+        units::binary(tp.per_gpu_allocated_bytes)
+    );
     if let Some(b) = &r.budget {
         println!(
             "budget: {} KV per GPU → max {} retained tokens, max {} sequences of this mix",

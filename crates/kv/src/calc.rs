@@ -43,7 +43,7 @@ pub struct GpuBudget {
 }
 
 /// Validated calculator inputs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Inputs {
     pub model: ModelShape,
     pub kv_dtype: Dtype,
@@ -155,9 +155,8 @@ pub struct CrossCheck {
     pub tokens_source: String,
     pub kv_memory_bytes: u128,
     pub kv_memory_source: String,
-    /// Implied bytes per token, as text with two decimals (a ratio).
+    /// Implied bytes per token (memory ÷ tokens), two decimals.
     pub implied_bytes_per_token: String,
-    pub implied_bytes_per_token_value: f64,
     /// Ours: allocated per-token bytes on one GPU, scales included.
     pub computed_bytes_per_token: u128,
     pub difference_text: String,
@@ -262,7 +261,9 @@ fn group_expression(g: &LayerRun, dtype: Dtype, tokens: u128) -> String {
     let b = dtype.bytes_text();
     match g.kind {
         LayerKind::Full | LayerKind::Sliding { .. } => format!("2 × {} × {} × {} × {b} × {tokens}", g.count, g.kv_heads, g.head_dim),
-        LayerKind::Mla { kv_lora_rank, qk_rope_head_dim } => format!("{} × ({kv_lora_rank} + {qk_rope_head_dim}) × {b} × {tokens}", g.count),
+        LayerKind::Mla { kv_lora_rank, qk_rope_head_dim } => {
+            format!("{} × ({kv_lora_rank} + {qk_rope_head_dim}) × {b} × {tokens}", g.count)
+        }
     }
 }
 
@@ -278,7 +279,12 @@ fn breakdown(groups: &[LayerRun], inputs: &Inputs, counting: Counting) -> Result
         let tokens = retained_tokens(g, &inputs.seqs, counting)?;
         let bits = mul(&[g.count as u128, g.elements_per_token(), dtype_bits, tokens], "layer group payload")?;
         total = add(total, bits, "logical payload")?;
-        terms.push(Term { label: group_label(g, inputs.model.kv_heads), expression: group_expression(g, inputs.kv_dtype, tokens), bits, negative: false });
+        terms.push(Term {
+            label: group_label(g, inputs.model.kv_heads),
+            expression: group_expression(g, inputs.kv_dtype, tokens),
+            bits,
+            negative: false,
+        });
         if let Some(s) = inputs.scale {
             let per_token = scale_bits_per_token(g, inputs.scale);
             scale_total = add(scale_total, mul(&[g.count as u128, per_token, tokens], "scale overhead")?, "scale overhead")?;
@@ -309,7 +315,9 @@ fn breakdown(groups: &[LayerRun], inputs: &Inputs, counting: Counting) -> Result
         let saving = saving.min(total);
         total -= saving;
         let tokens_text = match counting {
-            Counting::Paged(b) if shared_tokens != p.tokens as u128 => format!("{shared_tokens} (whole {b}-token blocks of {})", p.tokens),
+            Counting::Paged(b) if shared_tokens != p.tokens as u128 => {
+                format!("{shared_tokens} (whole {b}-token blocks of {})", p.tokens)
+            }
             _ => shared_tokens.to_string(),
         };
         terms.push(Term {
@@ -335,10 +343,10 @@ fn per_gpu_groups(groups: &[LayerRun], tp: u32) -> Result<(Vec<LayerRun>, Vec<Pl
                 format!("the MLA latent is shared by all heads, so each of the {tp} GPUs holds all of it"),
             ),
             _ if tp == 1 => (g.kv_heads, "single GPU", "TP = 1: one GPU holds every KV head".to_string()),
-            _ if g.kv_heads % tp == 0 => {
+            _ if g.kv_heads.is_multiple_of(tp) => {
                 (g.kv_heads / tp, "sharded", format!("{} KV heads ÷ TP {tp} = {} heads per GPU", g.kv_heads, g.kv_heads / tp))
             }
-            _ if tp % g.kv_heads == 0 => (
+            _ if tp.is_multiple_of(g.kv_heads) => (
                 1,
                 "replicated",
                 format!("TP {tp} > {} KV heads: each GPU holds 1 head, each head is copied on {} GPUs", g.kv_heads, tp / g.kv_heads),
@@ -363,11 +371,17 @@ fn plain_formula(inputs: &Inputs) -> Result<(String, u128), KvError> {
         [one] => format!("{} × {}", one.value, one.count),
         many => format!(
             "({})",
-            many.iter().map(|r| if r.count == 1 { r.value.to_string() } else { format!("{} × {}", r.value, r.count) }).collect::<Vec<_>>().join(" + ")
+            many.iter()
+                .map(|r| if r.count == 1 { r.value.to_string() } else { format!("{} × {}", r.value, r.count) })
+                .collect::<Vec<_>>()
+                .join(" + ")
         ),
     };
     let total_tokens = inputs.seqs.iter().try_fold(0u128, |acc, r| add(acc, mul(&[r.value as u128, r.count as u128], "ΣTᵢ")?, "ΣTᵢ"))?;
-    let bits = mul(&[2, m.layers as u128, m.kv_heads as u128, m.head_dim as u128, inputs.kv_dtype.bits() as u128, total_tokens], "2 × L × H_kv × d_head × b × ΣTᵢ")?;
+    let bits = mul(
+        &[2, m.layers as u128, m.kv_heads as u128, m.head_dim as u128, inputs.kv_dtype.bits() as u128, total_tokens],
+        "2 × L × H_kv × d_head × b × ΣTᵢ",
+    )?;
     let text = format!(
         "2 × {} × {} × {} × {} × {seq_text} = {} bytes",
         m.layers,
@@ -386,7 +400,9 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
     let sequences = total_count(&inputs.seqs);
     let total_tokens = inputs.seqs.iter().map(|r| r.value as u128 * r.count as u128).sum::<u128>();
     let dtype_bits = inputs.kv_dtype.bits() as u128;
-    let per_token_bits = groups.iter().try_fold(0u128, |acc, g| add(acc, mul(&[g.count as u128, g.elements_per_token(), dtype_bits], "per-token bytes")?, "per-token bytes"))?;
+    let per_token_bits = groups.iter().try_fold(0u128, |acc, g| {
+        add(acc, mul(&[g.count as u128, g.elements_per_token(), dtype_bits], "per-token bytes")?, "per-token bytes")
+    })?;
 
     let logical = breakdown(&groups, inputs, Counting::Logical)?;
     let block = inputs.block.max(1);
@@ -409,7 +425,8 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
 
     // One token held in every layer of one GPU, with scales and page
     // rounding ignored: the marginal cost the budget is divided by.
-    let gpu_token_bits: u128 = gpu_groups.iter().map(|g| g.count as u128 * (g.elements_per_token() * dtype_bits + scale_bits_per_token(g, inputs.scale))).sum();
+    let gpu_token_bits: u128 =
+        gpu_groups.iter().map(|g| g.count as u128 * (g.elements_per_token() * dtype_bits + scale_bits_per_token(g, inputs.scale))).sum();
 
     let budget = match inputs.budget {
         Some(b) => Some(invert_budget(b, tp, per_gpu_allocated.total_bits, gpu_token_bits, sequences)?),
@@ -453,7 +470,8 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
 }
 
 fn invert_budget(b: GpuBudget, tp: u128, mix_bits: u128, token_bits: u128, sequences: u128) -> Result<BudgetReport, KvError> {
-    let usable = mul(&[b.gpu_bytes, b.reserve.denominator() - b.reserve.numerator.min(b.reserve.denominator())], "GPU budget")? / b.reserve.denominator();
+    let usable = mul(&[b.gpu_bytes, b.reserve.denominator() - b.reserve.numerator.min(b.reserve.denominator())], "GPU budget")?
+        / b.reserve.denominator();
     let reserve_bytes = b.gpu_bytes - usable;
     let weight_bits = mul(&[b.params as u128, b.weight_dtype.bits() as u128], "weight memory")?;
     let weight_bytes_total = units::bits_to_bytes(weight_bits);
@@ -461,9 +479,9 @@ fn invert_budget(b: GpuBudget, tp: u128, mix_bits: u128, token_bits: u128, seque
     let weights_fit = weight_bytes_per_gpu <= usable;
     let kv_budget = usable.saturating_sub(weight_bytes_per_gpu);
     let kv_budget_bits = mul(&[kv_budget, 8], "KV budget")?;
-    let max_retained_tokens = if token_bits == 0 { 0 } else { kv_budget_bits / token_bits };
+    let max_retained_tokens = kv_budget_bits.checked_div(token_bits).unwrap_or(0);
     // Sequences drawn from the same length mix: budget ÷ mean allocated size.
-    let max_sequences = if mix_bits == 0 { 0 } else { mul(&[kv_budget_bits, sequences], "sequence capacity")? / mix_bits };
+    let max_sequences = mul(&[kv_budget_bits, sequences], "sequence capacity")?.checked_div(mix_bits).unwrap_or(0);
     let mix_bytes = units::bits_to_bytes(mix_bits);
     Ok(BudgetReport {
         gpu_bytes: b.gpu_bytes,
@@ -486,19 +504,23 @@ fn cross_check(v: &VllmObservation, budget: Option<&BudgetReport>, token_bits: u
         (None, Some(b)) => (b.kv_budget_bytes_per_gpu, "this page's GPU budget (the log gave no memory line)".to_string()),
         (None, None) => (0, "unknown: paste the “Available KV cache memory” line or fill in the GPU budget".to_string()),
     };
-    let (implied_text, implied_value) = if engine_tokens == 0 || kv_memory_bytes == 0 {
-        ("—".to_string(), 0.0)
-    } else {
-        (units::decimal_ratio(kv_memory_bytes, engine_tokens), kv_memory_bytes as f64 / engine_tokens as f64)
-    };
     let computed = units::bits_to_bytes(token_bits);
-    let difference_text = if implied_value == 0.0 {
-        "—".to_string()
-    } else {
-        // A display ratio; the inputs to it are exact.
-        let diff = implied_value - computed as f64;
-        let pct = if computed == 0 { 0.0 } else { 100.0 * diff / computed as f64 };
-        format!("{:+.2} bytes per token ({:+.2} %) engine minus computed", diff, pct)
+    // implied − computed = (memory − computed × tokens) / tokens, exactly.
+    let (implied_text, difference_text) = match (engine_tokens, kv_memory_bytes, computed.checked_mul(engine_tokens)) {
+        (0, _, _) | (_, 0, _) | (_, _, None) => ("—".to_string(), "—".to_string()),
+        (tokens, memory, Some(expected)) => {
+            let (sign, gap) = if memory >= expected { ("+", memory - expected) } else { ("−", expected - memory) };
+            let percent = match gap.checked_mul(100) {
+                Some(g) if expected > 0 => {
+                    format!(" ({sign}{} %)", units::decimal_ratio(g, expected))
+                }
+                _ => String::new(),
+            };
+            (
+                units::decimal_ratio(memory, tokens),
+                format!("{sign}{} bytes per token{percent}, engine minus computed", units::decimal_ratio(gap, tokens)),
+            )
+        }
     };
     CrossCheck {
         engine_tokens,
@@ -506,7 +528,6 @@ fn cross_check(v: &VllmObservation, budget: Option<&BudgetReport>, token_bits: u
         kv_memory_bytes,
         kv_memory_source,
         implied_bytes_per_token: implied_text,
-        implied_bytes_per_token_value: implied_value,
         computed_bytes_per_token: computed,
         difference_text,
     }
@@ -570,7 +591,12 @@ mod tests {
     #[test]
     fn budget_inversion() {
         let mut i = Inputs::seed();
-        i.budget = Some(GpuBudget { gpu_bytes: 80 << 30, reserve: Decimal { numerator: 1, scale: 1 }, params: 8_000_000_000, weight_dtype: Dtype::Bf16 });
+        i.budget = Some(GpuBudget {
+            gpu_bytes: 80 << 30,
+            reserve: Decimal { numerator: 1, scale: 1 },
+            params: 8_000_000_000,
+            weight_dtype: Dtype::Bf16,
+        });
         let r = compute(&i).unwrap();
         let b = r.budget.unwrap();
         assert_eq!(b.weight_bytes_total, 16_000_000_000);
@@ -579,6 +605,17 @@ mod tests {
         assert_eq!(b.max_retained_tokens, b.kv_budget_bytes_per_gpu / 131_072);
         assert_eq!(b.max_sequences, b.kv_budget_bytes_per_gpu / (1 << 30));
         assert!(b.current_mix_fits);
+    }
+
+    #[test]
+    fn cross_check_is_exact() {
+        let mut i = Inputs::seed();
+        // 1 GiB of KV memory for 8,000 tokens: 134,217.728 bytes per token
+        // against 131,072 computed, +3,145.728 (+2.40 %).
+        i.vllm = Some(crate::vllm::parse("Available KV cache memory: 1 GiB\nGPU KV cache size: 8,000 tokens", 16).unwrap());
+        let c = compute(&i).unwrap().cross_check.unwrap();
+        assert_eq!(c.implied_bytes_per_token, "134,217.73");
+        assert_eq!(c.difference_text, "+3,145.73 bytes per token (+2.40 %), engine minus computed");
     }
 
     #[test]

@@ -54,7 +54,10 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
         .or_else(|| root.get("architectures").and_then(|a| a.get(0)).and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| "unknown model".into());
 
-    let layers = uint(&cfg, "num_hidden_layers")?.or(uint(&cfg, "n_layer")?).or(uint(&cfg, "num_layers")?).ok_or_else(|| err("`num_hidden_layers` is missing"))?;
+    let layers = uint(&cfg, "num_hidden_layers")?
+        .or(uint(&cfg, "n_layer")?)
+        .or(uint(&cfg, "num_layers")?)
+        .ok_or_else(|| err("`num_hidden_layers` is missing"))?;
     if layers == 0 || layers > u32::MAX as u64 {
         return Err(err(format!("`num_hidden_layers` = {layers} is out of range")));
     }
@@ -73,7 +76,11 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
         Some(Value::Array(list)) => {
             let counts = list
                 .iter()
-                .map(|v| v.as_u64().filter(|n| *n > 0 && *n <= u32::MAX as u64).ok_or_else(|| err(format!("`num_key_value_heads` has {v}, not a positive whole number"))))
+                .map(|v| {
+                    v.as_u64()
+                        .filter(|n| *n > 0 && *n <= u32::MAX as u64)
+                        .ok_or_else(|| err(format!("`num_key_value_heads` has {v}, not a positive whole number")))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             if counts.len() as u64 != layers {
                 return Err(err(format!("`num_key_value_heads` lists {} layers but num_hidden_layers = {layers}", counts.len())));
@@ -89,11 +96,15 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
     let head_dim = match uint(&cfg, "head_dim")? {
         Some(d) => d,
         None => {
-            let hidden = uint(&cfg, "hidden_size")?.or(uint(&cfg, "n_embd")?).ok_or_else(|| err("neither `head_dim` nor `hidden_size` is given"))?;
+            let hidden =
+                uint(&cfg, "hidden_size")?.or(uint(&cfg, "n_embd")?).ok_or_else(|| err("neither `head_dim` nor `hidden_size` is given"))?;
             if hidden % heads != 0 {
                 return Err(err(format!("`head_dim` is absent and hidden_size {hidden} is not divisible by num_attention_heads {heads}")));
             }
-            notes.push(format!("`head_dim` is absent: d_head = hidden_size / num_attention_heads = {hidden} / {heads} = {}", hidden / heads));
+            notes.push(format!(
+                "`head_dim` is absent: d_head = hidden_size / num_attention_heads = {hidden} / {heads} = {}",
+                hidden / heads
+            ));
             hidden / heads
         }
     };
@@ -136,7 +147,11 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
             types.push(match v.as_str() {
                 Some("full_attention") => "full",
                 Some("sliding_attention") => "sliding",
-                Some(other) => return Err(err(format!("`layer_types` has \"{other}\", which this calculator cannot size (supported: full_attention, sliding_attention)"))),
+                Some(other) => {
+                    return Err(err(format!(
+                        "`layer_types` has \"{other}\", which this calculator cannot size (supported: full_attention, sliding_attention)"
+                    )))
+                }
                 None => return Err(err(format!("`layer_types` has {v}, not a string"))),
             });
         }
@@ -153,7 +168,9 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
             notes.push(format!("gemma2 has no layer list: assumed its alternation, local (window {w}) then global"));
         } else if model.starts_with("gemma3") {
             types = (0..layers).map(|i| if (i + 1) % 6 == 0 { "full" } else { "sliding" }).collect();
-            notes.push(format!("gemma3 without `sliding_window_pattern`: assumed its default of 6 (five local layers of window {w}, then one global)"));
+            notes.push(format!(
+                "gemma3 without `sliding_window_pattern`: assumed its default of 6 (five local layers of window {w}, then one global)"
+            ));
         } else {
             types = vec!["sliding"; layers as usize];
             notes.push(format!("`sliding_window` {w} with no layer list or pattern: assumed every layer slides (as in Mistral-7B-v0.1)"));
@@ -175,14 +192,19 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
     match dtype_text.and_then(Dtype::parse) {
         Some(d) => {
             patch.push(("weight_dtype", d.name().to_string()));
-            notes.push(format!("weight dtype {} from `torch_dtype`; the KV dtype is yours to set (engines default it to the model dtype)", d.name()));
+            notes.push(format!(
+                "weight dtype {} from `torch_dtype`; the KV dtype is yours to set (engines default it to the model dtype)",
+                d.name()
+            ));
         }
         None => notes.push(format!("`torch_dtype` is {}: weight dtype left as it was", dtype_text.unwrap_or("absent"))),
     }
     match estimate_params(&cfg, layers, heads, kv_heads, head_dim, !mla_rank.is_empty()) {
         Some(p) => {
             patch.push(("params", p.to_string()));
-            notes.push(format!("weight parameters ≈ {p} estimated from the shapes (embeddings, attention, MLP/experts; norms and biases ignored)"));
+            notes.push(format!(
+                "weight parameters ≈ {p} estimated from the shapes (embeddings, attention, MLP/experts; norms and biases ignored)"
+            ));
         }
         None => {
             patch.push(("params", String::new()));
@@ -228,7 +250,9 @@ mod tests {
 
     #[test]
     fn llama_like_with_defaults_noted() {
-        let (form, imp) = apply(r#"{"model_type":"llama","num_hidden_layers":16,"num_attention_heads":32,"hidden_size":2048,"vocab_size":128256,"intermediate_size":8192,"tie_word_embeddings":true,"torch_dtype":"bfloat16"}"#);
+        let (form, imp) = apply(
+            r#"{"model_type":"llama","num_hidden_layers":16,"num_attention_heads":32,"hidden_size":2048,"vocab_size":128256,"intermediate_size":8192,"tie_word_embeddings":true,"torch_dtype":"bfloat16"}"#,
+        );
         assert_eq!(form.get("kv_heads"), "32");
         assert_eq!(form.get("head_dim"), "64");
         assert!(imp.notes.iter().any(|n| n.contains("multi-head attention")));
@@ -238,13 +262,19 @@ mod tests {
 
     #[test]
     fn gemma3_pattern_and_mla_and_layer_list() {
-        let (form, _) = apply(r#"{"architectures":["Gemma3ForConditionalGeneration"],"text_config":{"model_type":"gemma3_text","num_hidden_layers":12,"num_attention_heads":8,"num_key_value_heads":4,"head_dim":256,"sliding_window":512,"sliding_window_pattern":6}}"#);
+        let (form, _) = apply(
+            r#"{"architectures":["Gemma3ForConditionalGeneration"],"text_config":{"model_type":"gemma3_text","num_hidden_layers":12,"num_attention_heads":8,"num_key_value_heads":4,"head_dim":256,"sliding_window":512,"sliding_window_pattern":6}}"#,
+        );
         assert_eq!(form.get("layer_types"), "slidingx5,full,slidingx5,full");
         assert_eq!(form.get("window"), "512");
-        let (form, _) = apply(r#"{"model_type":"deepseek_v3","num_hidden_layers":61,"num_attention_heads":128,"num_key_value_heads":128,"kv_lora_rank":512,"qk_rope_head_dim":64,"v_head_dim":128,"hidden_size":7168}"#);
+        let (form, _) = apply(
+            r#"{"model_type":"deepseek_v3","num_hidden_layers":61,"num_attention_heads":128,"num_key_value_heads":128,"kv_lora_rank":512,"qk_rope_head_dim":64,"v_head_dim":128,"hidden_size":7168}"#,
+        );
         assert_eq!(form.get("kv_lora_rank"), "512");
         assert_eq!(crate::compute(&form.validate().unwrap()).unwrap().per_token_bytes, 61 * 576 * 2);
-        let (form, _) = apply(r#"{"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":[2,2,4,4],"head_dim":64,"sliding_window":128,"layer_types":["sliding_attention","full_attention","sliding_attention","full_attention"]}"#);
+        let (form, _) = apply(
+            r#"{"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":[2,2,4,4],"head_dim":64,"sliding_window":128,"layer_types":["sliding_attention","full_attention","sliding_attention","full_attention"]}"#,
+        );
         assert_eq!(form.get("layer_kv_heads"), "2x2,4x2");
         assert!(form.validate().is_ok());
     }

@@ -108,16 +108,33 @@ impl Form {
                 None => warnings.push(format!("unknown parameter `{name}` was ignored")),
             }
         }
+        // A short link may name only a preset: its model fields fill in what
+        // the link does not spell out, and what it does spell out wins.
+        let preset = form.get("preset").to_string();
+        if !preset.is_empty() {
+            match crate::presets::find(&preset) {
+                Some(p) => {
+                    let missing: Vec<_> = p.patch().into_iter().filter(|(name, _)| !seen.contains(name)).collect();
+                    form.apply(&missing);
+                }
+                None => warnings.push(format!("preset `{preset}` is not known; the fields in the link are used as they are")),
+            }
+        }
         (form, warnings)
     }
 
-    /// The query string (without `?`): every non-empty field, in a fixed
-    /// order, so the same inputs always give the same link.
+    /// The query string (without `?`): every field that is not empty by
+    /// default, in a fixed order, so the same inputs always give the same
+    /// link and a cleared field stays cleared.
     pub fn to_query(&self) -> String {
+        // An empty field is written when a reload would otherwise refill it:
+        // from its default, or from the preset the link names.
+        let preset_fields: Vec<&'static str> =
+            crate::presets::find(self.get("preset")).map(|p| p.patch().into_iter().map(|(name, _)| name).collect()).unwrap_or_default();
         FIELDS
             .iter()
             .zip(&self.values)
-            .filter(|(_, v)| !v.is_empty())
+            .filter(|(f, v)| !v.is_empty() || !f.default.is_empty() || preset_fields.contains(&f.name))
             .map(|(f, v)| format!("{}={}", f.name, percent_encode(v)))
             .collect::<Vec<_>>()
             .join("&")
@@ -144,36 +161,46 @@ impl Form {
         let head_dim = keep(&mut errors, self.required_u32("head_dim", 1));
         let layer_types = keep(&mut errors, self.optional("layer_types", |t| parse_runs(t, KindTag::parse)));
         let window = keep(&mut errors, self.optional("window", |t| at_least(runs::parse_u64(t)?, 1)));
-        let layer_kv_heads = keep(&mut errors, self.optional("layer_kv_heads", |t| parse_runs(t, |x| Ok(at_least(to_u32(runs::parse_u64(x)?)?, 1)?))));
+        let layer_kv_heads =
+            keep(&mut errors, self.optional("layer_kv_heads", |t| parse_runs(t, |x| at_least(to_u32(runs::parse_u64(x)?)?, 1))));
         let rank = keep(&mut errors, self.optional("kv_lora_rank", |t| at_least(to_u32(runs::parse_u64(t)?)?, 1)));
         let rope = keep(&mut errors, self.optional("qk_rope_head_dim", |t| to_u32(runs::parse_u64(t)?)));
         let kv_dtype = keep(&mut errors, self.dtype("kv_dtype"));
-        let scale_bits = keep(&mut errors, self.optional("scale_bits", |t| match runs::parse_u64(t)? {
-            b @ (8 | 16 | 32) => Ok(b as u32),
-            b => Err(format!("{b} is not a scale width (use 8, 16 or 32)")),
-        }));
+        let scale_bits = keep(
+            &mut errors,
+            self.optional("scale_bits", |t| match runs::parse_u64(t)? {
+                b @ (8 | 16 | 32) => Ok(b as u32),
+                b => Err(format!("{b} is not a scale width (use 8, 16 or 32)")),
+            }),
+        );
         let scale_group = keep(&mut errors, self.optional("scale_group", |t| at_least(to_u32(runs::parse_u64(t)?)?, 1)));
         let seqs = keep(&mut errors, self.parsed("seqs", |t| parse_runs(t, |x| at_least(runs::parse_u64(x)?, 1))));
         let block = keep(&mut errors, self.parsed("block", |t| at_least(runs::parse_u64(t)?, 1)));
         let tp = keep(&mut errors, self.parsed("tp", |t| at_least(to_u32(runs::parse_u64(t)?)?, 1)));
         let prefix = keep(&mut errors, self.optional("prefix", runs::parse_u64));
         let prefix_seqs = keep(&mut errors, self.optional("prefix_seqs", |t| at_least(runs::parse_u64(t)?, 1)));
-        let gpu_gib = keep(&mut errors, self.optional("gpu_gib", |t| {
-            let d = units::parse_decimal(t)?;
-            match d.times_floor(1 << 30) {
-                Some(0) => Err("must be more than 0".to_string()),
-                Some(bytes) => Ok(bytes),
-                None => Err("is too large".to_string()),
-            }
-        }));
-        let reserve = keep(&mut errors, self.optional("reserve", |t| {
-            let d = units::parse_decimal(t)?;
-            if d.below_one() {
-                Ok(d)
-            } else {
-                Err(format!("{t} must be below 1 (a fraction such as 0.1)"))
-            }
-        }));
+        let gpu_gib = keep(
+            &mut errors,
+            self.optional("gpu_gib", |t| {
+                let d = units::parse_decimal(t)?;
+                match d.times_floor(1 << 30) {
+                    Some(0) => Err("must be more than 0".to_string()),
+                    Some(bytes) => Ok(bytes),
+                    None => Err("is too large".to_string()),
+                }
+            }),
+        );
+        let reserve = keep(
+            &mut errors,
+            self.optional("reserve", |t| {
+                let d = units::parse_decimal(t)?;
+                if d.below_one() {
+                    Ok(d)
+                } else {
+                    Err(format!("{t} must be below 1 (a fraction such as 0.1)"))
+                }
+            }),
+        );
         let params = keep(&mut errors, self.optional("params", runs::parse_u64));
         let weight_dtype = keep(&mut errors, self.dtype("weight_dtype"));
         let embed = self.get("embed");
@@ -221,7 +248,10 @@ impl Form {
             let eligible: u128 = seqs.iter().filter(|r| r.value >= p).map(|r| r.count as u128).sum();
             let n = n.map(|n| n as u128).unwrap_or(eligible);
             if n > eligible {
-                errors.push(FieldError::new("prefix_seqs", format!("{n} sequences cannot share {p} tokens: only {eligible} are at least {p} tokens long")));
+                errors.push(FieldError::new(
+                    "prefix_seqs",
+                    format!("{n} sequences cannot share {p} tokens: only {eligible} are at least {p} tokens long"),
+                ));
             } else {
                 prefix_sharing = Some(PrefixSharing { tokens: p, sequences: n as u64 });
             }
@@ -381,6 +411,27 @@ mod tests {
         let fields: Vec<_> = errors.iter().map(|e| e.field).collect();
         assert_eq!(fields, vec!["layers", "kv_dtype"]);
         assert!(errors[0].message.contains("out of range"));
+    }
+
+    #[test]
+    fn preset_fills_what_the_link_omits() {
+        let (form, warnings) = Form::from_query("preset=deepseek-v3&seqs=32768x1&layers=60");
+        assert!(warnings.is_empty());
+        assert_eq!(form.get("kv_lora_rank"), "512");
+        assert_eq!(form.get("layers"), "60", "an explicit field wins over the preset");
+        let (_, warnings) = Form::from_query("preset=nope");
+        assert!(warnings[0].contains("`nope`"));
+        // A full link round-trips unchanged, a cleared preset field included.
+        let mut form = form;
+        form.set("window", "");
+        form.set("layer_types", "");
+        let (again, _) = Form::from_query(&form.to_query());
+        assert_eq!(again, form);
+        let (gemma, _) = Form::from_query("preset=gemma-3-27b");
+        let mut cleared = gemma.clone();
+        cleared.set("layer_types", "");
+        cleared.set("window", "");
+        assert_eq!(Form::from_query(&cleared.to_query()).0, cleared);
     }
 
     #[test]

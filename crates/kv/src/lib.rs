@@ -27,8 +27,32 @@ pub mod runs;
 pub mod units;
 pub mod vllm;
 
-pub use calc::{compute, Report};
+pub use calc::{compute, Inputs, Report};
 pub use dtype::Dtype;
 pub use error::{FieldError, KvError};
-pub use form::{Form, Field, FIELDS};
+pub use form::{Field, Form, FIELDS};
 pub use model::{LayerKind, LayerRun, ModelShape};
+
+/// The outcome of reading a form: figures, or what is wrong with it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Evaluation {
+    /// Every field is valid and the figures are computed.
+    Ready { inputs: Box<Inputs>, report: Box<Report> },
+    /// One message per invalid field (the fields are kept as typed).
+    Invalid(Vec<FieldError>),
+    /// The inputs are valid but the result does not fit in 128 bits.
+    Failed(String),
+}
+
+/// Validates a form and computes its figures: the one pipeline the page and
+/// the command line share.
+pub fn evaluate(form: &Form) -> Evaluation {
+    match form.validate() {
+        Err(errors) => Evaluation::Invalid(errors),
+        Ok(inputs) => match compute(&inputs) {
+            Ok(report) => Evaluation::Ready { inputs: Box::new(inputs), report: Box::new(report) },
+            Err(KvError::Fields(errors)) => Evaluation::Invalid(errors),
+            Err(other) => Evaluation::Failed(other.to_string()),
+        },
+    }
+}

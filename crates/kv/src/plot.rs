@@ -23,8 +23,11 @@ const POINTS: u64 = 64;
 /// of sequences in the mix.
 pub fn svg(inputs: &Inputs, report: &Report) -> String {
     let n = report.sequences.max(1).min(u64::MAX as u128) as u64;
-    let longest = inputs.seqs.iter().map(|r| r.value).max().unwrap_or(1);
-    let x_max = nice_ceiling((longest as f64 * 1.25).max(16.0));
+    let longest = inputs.seqs.iter().map(|r| r.value).max().unwrap_or(1) as f64;
+    // Show where the budget runs out for n sequences too, unless that is so
+    // far away that the current mix would be squeezed into the corner.
+    let crossing = report.budget.as_ref().map(|b| b.max_retained_tokens as f64 / n as f64 * 1.1).unwrap_or(0.0);
+    let x_max = nice_ceiling((longest * 1.25).max(crossing.min(longest * 64.0)).max(16.0));
     let mut curve = Vec::new();
     for i in 0..=POINTS {
         let t = ((x_max * i as f64 / POINTS as f64).round() as u64).max(1);
@@ -40,7 +43,9 @@ pub fn svg(inputs: &Inputs, report: &Report) -> String {
     let mean_t = report.total_tokens as f64 / n as f64;
     let mix = (mean_t, report.tensor_parallel.per_gpu_allocated_bytes as f64);
     let y_top = curve.iter().map(|p| p.1).chain(budget).chain([mix.1]).fold(1.0, f64::max);
-    let y_max = nice_ceiling(y_top * 1.08);
+    // Nice tick values in the binary unit the axis is labelled in.
+    let unit = (0..7).map(|k| 1024f64.powi(k)).take_while(|u| y_top * 1.08 >= *u).last().unwrap_or(1.0);
+    let y_max = nice_ceiling(y_top * 1.08 / unit) * unit;
 
     let sx = |x: f64| LEFT + (WIDTH - LEFT - RIGHT) * x / x_max;
     let sy = |y: f64| HEIGHT - BOTTOM - (HEIGHT - TOP - BOTTOM) * y / y_max;
@@ -52,10 +57,19 @@ pub fn svg(inputs: &Inputs, report: &Report) -> String {
         let y = y_max * i as f64 / 4.0;
         let py = sy(y);
         s.push_str(&format!(r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/>"#, WIDTH - RIGHT));
-        s.push_str(&format!(r#"<text class="tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"#, LEFT - 6.0, py + 4.0, units::binary(y as u128)));
+        s.push_str(&format!(
+            r#"<text class="tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT - 6.0,
+            py + 4.0,
+            units::binary(y as u128)
+        ));
         let x = x_max * i as f64 / 4.0;
         let px = sx(x);
-        s.push_str(&format!(r#"<text class="tick" x="{px:.1}" y="{}" text-anchor="middle">{}</text>"#, HEIGHT - BOTTOM + 16.0, tokens_label(x)));
+        s.push_str(&format!(
+            r#"<text class="tick" x="{px:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            HEIGHT - BOTTOM + 16.0,
+            tokens_label(x)
+        ));
     }
     s.push_str(&format!(
         r#"<text class="axis" x="{:.1}" y="{}" text-anchor="middle">context length T (tokens) · {n} sequences · block {}</text>"#,
@@ -68,7 +82,12 @@ pub fn svg(inputs: &Inputs, report: &Report) -> String {
     if let Some(b) = budget {
         let py = sy(b);
         s.push_str(&format!(r#"<line class="budget" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/>"#, WIDTH - RIGHT));
-        s.push_str(&format!(r#"<text class="budget-label" x="{}" y="{:.1}" text-anchor="end">KV budget per GPU {}</text>"#, WIDTH - RIGHT - 4.0, py - 5.0, units::binary(b as u128)));
+        s.push_str(&format!(
+            r#"<text class="budget-label" x="{}" y="{:.1}" text-anchor="end">KV budget per GPU {}</text>"#,
+            WIDTH - RIGHT - 4.0,
+            py - 5.0,
+            units::binary(b as u128)
+        ));
     }
     s.push_str(&format!(
         r#"<circle class="mix" cx="{:.1}" cy="{:.1}" r="5"><title>current mix: mean T {:.0}, {} per GPU</title></circle>"#,
@@ -81,9 +100,9 @@ pub fn svg(inputs: &Inputs, report: &Report) -> String {
     s
 }
 
-/// 1, 2 or 5 × 10^k, at least `v`.
+/// 1, 2, 2.5 or 5 × 10^k, at least `v` (for tick labels a person can read).
 fn nice_ceiling(v: f64) -> f64 {
-    let exp = 10f64.powf(v.max(1.0).log10().floor());
+    let exp = 10f64.powf(v.max(1e-9).log10().floor());
     for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
         if m * exp >= v {
             return m * exp;

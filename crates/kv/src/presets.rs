@@ -241,7 +241,13 @@ impl Preset {
             ("layers", self.layers.to_string()),
             ("kv_heads", self.kv_heads.to_string()),
             ("head_dim", self.head_dim.to_string()),
-            ("layer_types", crate::runs::format_runs(&crate::runs::parse_runs(self.layer_types, |s| Ok::<_, String>(s.to_string())).unwrap_or_default(), |s| s.clone())),
+            (
+                "layer_types",
+                crate::runs::format_runs(
+                    &crate::runs::parse_runs(self.layer_types, |s| Ok::<_, String>(s.to_string())).unwrap_or_default(),
+                    |s| s.clone(),
+                ),
+            ),
             ("window", opt(self.window.map(|w| w.to_string()))),
             ("layer_kv_heads", String::new()),
             ("kv_lora_rank", opt(self.mla.map(|m| m.0.to_string()))),

@@ -64,11 +64,7 @@ pub fn format_runs<T: PartialEq>(runs: &[Run<T>], show: impl Fn(&T) -> String) -
             _ => merged.push((&run.value, run.count)),
         }
     }
-    merged
-        .iter()
-        .map(|(v, n)| if *n == 1 { show(v) } else { format!("{}x{}", show(v), n) })
-        .collect::<Vec<_>>()
-        .join(",")
+    merged.iter().map(|(v, n)| if *n == 1 { show(v) } else { format!("{}x{}", show(v), n) }).collect::<Vec<_>>().join(",")
 }
 
 /// Total number of entries the runs expand to.

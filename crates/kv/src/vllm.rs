@@ -85,7 +85,9 @@ pub fn parse(text: &str, block: u64) -> Result<VllmObservation, String> {
         }
     }
     if obs.kv_tokens.is_none() && obs.concurrency.is_none() && obs.gpu_blocks.is_none() {
-        return Err("found no “GPU KV cache size: N tokens”, “Maximum concurrency for M tokens per request: X” or “# GPU blocks: N” line".into());
+        return Err(
+            "found no “GPU KV cache size: N tokens”, “Maximum concurrency for M tokens per request: X” or “# GPU blocks: N” line".into()
+        );
     }
     Ok(obs)
 }

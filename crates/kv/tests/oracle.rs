@@ -92,7 +92,10 @@ fn random_inputs(rng: &mut Rng) -> Inputs {
         let kind = match rng.below(3) {
             0 => LayerKind::Full,
             1 => LayerKind::Sliding { window: rng.value(1, u64::MAX) },
-            _ => LayerKind::Mla { kv_lora_rank: rng.value(1, u32::MAX as u64) as u32, qk_rope_head_dim: rng.value(0, u32::MAX as u64) as u32 },
+            _ => LayerKind::Mla {
+                kv_lora_rank: rng.value(1, u32::MAX as u64) as u32,
+                qk_rope_head_dim: rng.value(0, u32::MAX as u64) as u32,
+            },
         };
         runs.push(LayerRun { kind, count, kv_heads: rng.value(1, u32::MAX as u64) as u32, head_dim });
     }
@@ -100,7 +103,8 @@ fn random_inputs(rng: &mut Rng) -> Inputs {
     Inputs {
         model: ModelShape { layers: layers as u32, kv_heads: runs[0].kv_heads, head_dim, runs },
         kv_dtype: Dtype::ALL[rng.below(6) as usize],
-        scale: (rng.below(3) == 0).then(|| ScaleOverhead { bits: [8, 16, 32][rng.below(3) as usize], group: rng.value(1, u32::MAX as u64) as u32 }),
+        scale: (rng.below(3) == 0)
+            .then(|| ScaleOverhead { bits: [8, 16, 32][rng.below(3) as usize], group: rng.value(1, u32::MAX as u64) as u32 }),
         seqs,
         block: rng.value(1, u64::MAX),
         tp: 1,

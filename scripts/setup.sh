@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs everything the workbench needs to build, serve and test, on a fresh
+# Debian 12 machine with rustup. Idempotent: each step checks first, so a
+# second run takes seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TRUNK_VERSION=0.21.14
+say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
+
+# Rust: the wasm target and the lint/format components.
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  say "adding the wasm32-unknown-unknown target"
+  rustup target add wasm32-unknown-unknown
+fi
+for component in clippy rustfmt; do
+  rustup component list --installed | grep -q "^$component" || rustup component add "$component"
+done
+
+# trunk 0.21.14: 0.22 needs a newer rustc than this machine's.
+if [ "$(trunk --version 2>/dev/null)" != "trunk $TRUNK_VERSION" ]; then
+  say "installing trunk $TRUNK_VERSION (compiles once, ~15 min on 2 cores)"
+  cargo install trunk --version "$TRUNK_VERSION" --locked
+fi
+
+# wasm-bindgen-cli at exactly the version Cargo.lock pins for the crate; it
+# also brings wasm-bindgen-test-runner. (No --locked: the registry lacks one
+# of its locked dependencies.)
+WBG_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
+if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WBG_VERSION" ]; then
+  say "installing wasm-bindgen-cli $WBG_VERSION"
+  cargo install wasm-bindgen-cli --version "$WBG_VERSION"
+fi
+
+# Debian's Chromium and ChromeDriver for the browser tests.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  say "installing chromium and chromium-driver from Debian"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver
+fi
+
+# npm packages, exactly as locked: a current binaryen (Debian's wasm-opt 108
+# corrupts the reference-types tables Rust 1.95 emits) and playwright-core.
+for dir in tools tests/e2e; do
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+    say "npm ci in $dir"
+    npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+  fi
+done
+say "ready"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every check, in the order CI runs them: this script *is* CI (.ci/run calls
+# it). Installs what it needs first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+source scripts/env.sh
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "clippy (native)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "clippy (wasm32)"
+cargo clippy --target wasm32-unknown-unknown -p workbench -p kv --all-targets -- -D warnings
+
+step "native tests (unit, property, CLI)"
+cargo test --workspace
+
+step "wasm tests in headless Chromium"
+cargo test --target wasm32-unknown-unknown -p workbench --test web
+
+step "release build of the site (trunk)"
+trunk build --release
+
+step "end-to-end tests in headless Chromium"
+npm --prefix tests/e2e test

@@ -1,0 +1,53 @@
+//! The few browser services the page needs, behind plain functions: the URL
+//! query, `history.replaceState`, the clipboard and reading a dropped file.
+//! Keeping them here keeps the components free of web-sys plumbing.
+
+use wasm_bindgen::{JsCast, JsValue};
+
+/// The current `location.search`, without the `?`.
+pub fn current_query() -> String {
+    web_sys::window().and_then(|w| w.location().search().ok()).unwrap_or_default().trim_start_matches('?').to_string()
+}
+
+/// The page's address without query or fragment.
+pub fn page_base() -> String {
+    let Some(w) = web_sys::window() else {
+        return String::new();
+    };
+    let loc = w.location();
+    format!("{}{}", loc.origin().unwrap_or_default(), loc.pathname().unwrap_or_default())
+}
+
+/// Replaces the address bar's query without adding a history entry, so the
+/// URL follows every keystroke and Back still leaves the page.
+pub fn replace_query(query: &str) {
+    let Some(w) = web_sys::window() else { return };
+    let hash = w.location().hash().unwrap_or_default();
+    let url = if query.is_empty() { format!("{}{hash}", w.location().pathname().unwrap_or_default()) } else { format!("?{query}{hash}") };
+    if let Ok(history) = w.history() {
+        // A failure here (e.g. a sandboxed iframe) only means the address bar
+        // does not follow; the page keeps working.
+        let _ = history.replace_state_with_url(&JsValue::NULL, "", Some(&url));
+    }
+}
+
+/// Copies text with `navigator.clipboard.writeText`. That API is behind
+/// web-sys' unstable flag, so it is called through `Reflect` instead.
+pub async fn copy_text(text: &str) -> Result<(), String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let clipboard = js_sys::Reflect::get(&window.navigator(), &"clipboard".into()).map_err(|_| "no clipboard")?;
+    if clipboard.is_undefined() {
+        return Err("the clipboard needs a secure context (https or localhost)".into());
+    }
+    let write = js_sys::Reflect::get(&clipboard, &"writeText".into()).map_err(|_| "no writeText")?;
+    let write: js_sys::Function = write.dyn_into().map_err(|_| "writeText is not a function")?;
+    let promise: js_sys::Promise =
+        write.call1(&clipboard, &text.into()).map_err(|e| format!("{e:?}"))?.dyn_into().map_err(|_| "not a promise")?;
+    wasm_bindgen_futures::JsFuture::from(promise).await.map(|_| ()).map_err(|_| "the browser refused the copy".to_string())
+}
+
+/// Reads a file the user picked or dropped, as text.
+pub async fn read_file_text(file: web_sys::File) -> Result<String, String> {
+    let text = wasm_bindgen_futures::JsFuture::from(file.text()).await.map_err(|_| format!("could not read {}", file.name()))?;
+    text.as_string().ok_or_else(|| format!("{} is not text", file.name()))
+}

@@ -1,0 +1,180 @@
+// The KV calculator end to end: links with parameters, typing, the URL,
+// config import, the embed widget's first load, and offline use.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { writeFile, mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { serve, launch, newPage, screenshot, outDir } from './harness.js';
+
+let server, browser;
+before(async () => {
+  server = await serve();
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+const text = (page, id) => page.getByTestId(id).first().innerText();
+
+async function open(page, query, { expect = 'logical-total' } = {}) {
+  await page.goto(`${server.url}${query}`);
+  await page.getByTestId(expect).first().waitFor();
+}
+
+test('seed example from a link, exactly', async () => {
+  const page = await newPage(browser);
+  await open(page, '?layers=32&kv_heads=8&head_dim=128&kv_dtype=bf16&seqs=8192x4');
+  assert.equal(await text(page, 'formula'), '2 × 32 × 8 × 128 × 2 × 8192 × 4 = 4294967296 bytes');
+  assert.equal(await text(page, 'logical-total'), '4.00 GiB');
+  assert.equal(await text(page, 'per-token'), '128.00 KiB');
+  assert.equal(await text(page, 'per-sequence'), '1.00 GiB');
+  assert.equal(await text(page, 'exact-bytes'), '4,294,967,296 bytes');
+  assert.equal(await text(page, 'allocated-total'), '4.00 GiB');
+  await screenshot(page, 'kv-seed');
+  assert.deepEqual(page.problems, []);
+  assert.deepEqual(page.blocked, []);
+});
+
+test('MLA model (DeepSeek-V3) from a short preset link', async () => {
+  const page = await newPage(browser);
+  await open(page, '?preset=deepseek-v3&seqs=32768x1');
+  // 61 layers × (512 + 64) × 2 bytes = 70,272 bytes per token = 68.625 KiB.
+  assert.equal(await text(page, 'per-token'), '68.63 KiB');
+  assert.equal(await text(page, 'logical-total'), '2.14 GiB');
+  const terms = await text(page, 'logical-terms');
+  assert.match(terms, /MLA latent 512 \+ RoPE key 64 · 61 layers/);
+  assert.match(terms, /61 × \(512 \+ 64\) × 2 × 32768/);
+  // The conventional formula stays visible, for comparison.
+  assert.match(await text(page, 'formula'), /^2 × 61 × 128 × 128 × 2 × 32768 × 1 = /);
+  assert.match(page.url(), /kv_lora_rank=512/);
+  await screenshot(page, 'kv-mla');
+});
+
+test('sliding-window model (Gemma-3-27B): one line per layer group, summing to the total', async () => {
+  const page = await newPage(browser);
+  await open(page, '?preset=gemma-3-27b&seqs=32768&kv_dtype=bf16');
+  assert.equal(await text(page, 'logical-total'), '2.91 GiB');
+  const rows = await page.getByTestId('logical-terms').first().locator('tbody tr').allInnerTexts();
+  assert.equal(rows.length, 2, rows.join('\n'));
+  assert.match(rows.join('\n'), /sliding window 1024 · 52 layers/);
+  assert.match(rows.join('\n'), /full attention · 10 layers/);
+  const bytes = rows.map((r) => BigInt(r.split('\t')[2].replace(/[+,]/g, '')));
+  assert.equal(bytes[0] + bytes[1], 3120562176n);
+});
+
+test('typing updates figures and the URL (replaceState, no history entries)', async () => {
+  const page = await newPage(browser);
+  await open(page, '?layers=32&kv_heads=8&head_dim=128&kv_dtype=bf16&seqs=8192x4');
+  const historyBefore = await page.evaluate(() => history.length);
+  await page.fill('#f-layers', '40');
+  await page.fill('#f-seqs', '2048,4096,8192x2');
+  await page.selectOption('#f-kv_dtype', 'int4');
+  // 2 × 40 × 8 × 128 × 0.5 × 22528 = 922,746,880 bytes.
+  await page.waitForFunction(() => document.querySelector('[data-testid=exact-bytes]').innerText === '922,746,880 bytes');
+  assert.equal(await text(page, 'formula'), '2 × 40 × 8 × 128 × 0.5 × (2048 + 4096 + 8192 × 2) = 922746880 bytes');
+  const url = new URL(page.url());
+  assert.equal(url.searchParams.get('layers'), '40');
+  assert.equal(url.searchParams.get('seqs'), '2048,4096,8192x2');
+  assert.equal(url.searchParams.get('kv_dtype'), 'int4');
+  assert.equal(await page.evaluate(() => history.length), historyBefore);
+  // The link reproduces the same numbers in a fresh page.
+  const again = await newPage(browser);
+  await open(again, url.search);
+  assert.equal(await text(again, 'exact-bytes'), '922,746,880 bytes');
+});
+
+test('an invalid parameter is named inline; valid ones and the typed text survive a reload', async () => {
+  const page = await newPage(browser);
+  await open(page, '?layers=32&kv_heads=4&head_dim=128&seqs=8192x4&tp=abc', { expect: 'problem' });
+  // No figures are invented for an invalid link.
+  assert.equal(await page.getByTestId('logical-total').count(), 0);
+  assert.match(await page.locator('[data-error-for=tp]').innerText(), /^tp: /);
+  assert.equal(await page.inputValue('#f-kv_heads'), '4');
+  assert.equal(await page.inputValue('#f-tp'), 'abc');
+  assert.match(await text(page, 'problem'), /tp/);
+  await page.fill('#f-layers', '0');
+  await page.waitForFunction(() => document.querySelector('[data-error-for=layers]')?.innerText.includes('out of range'));
+  await page.reload();
+  await page.getByTestId('problem').waitFor();
+  assert.equal(await page.inputValue('#f-layers'), '0');
+  assert.equal(await page.inputValue('#f-tp'), 'abc');
+  assert.match(await page.locator('[data-error-for=layers]').innerText(), /layers: 0 is out of range/);
+  await screenshot(page, 'kv-invalid');
+});
+
+test('config.json import fills the fields and shows every assumption', async () => {
+  const page = await newPage(browser);
+  await open(page, '?seqs=4096x2');
+  await page.getByTestId('config-import').locator('summary').click();
+  const config = JSON.stringify({
+    model_type: 'mistral', num_hidden_layers: 32, num_attention_heads: 32, hidden_size: 4096,
+    num_key_value_heads: 8, sliding_window: 4096, torch_dtype: 'bfloat16',
+    vocab_size: 32000, intermediate_size: 14336,
+  });
+  await page.getByTestId('config-text').fill(config);
+  await page.getByTestId('config-import-button').click();
+  await page.getByTestId('config-notes').locator('li').first().waitFor();
+  const notes = await text(page, 'config-notes');
+  assert.match(notes, /head_dim` is absent: d_head = hidden_size \/ num_attention_heads = 4096 \/ 32 = 128/);
+  assert.match(notes, /assumed every layer slides/);
+  assert.equal(await page.inputValue('#f-head_dim'), '128');
+  assert.equal(await page.inputValue('#f-window'), '4096');
+  assert.match(page.url(), /layer_types=slidingx32/);
+  // A broken file gives a message and keeps the pasted text.
+  await page.getByTestId('config-text').fill('{"num_hidden_layers": 2');
+  await page.getByTestId('config-import-button').click();
+  assert.match(await text(page, 'config-error'), /not valid JSON/);
+  assert.equal(await page.getByTestId('config-text').inputValue(), '{"num_hidden_layers": 2');
+  await screenshot(page, 'kv-import');
+});
+
+test('budget inversion, TP replication and the vLLM cross-check', async () => {
+  const page = await newPage(browser);
+  const log = 'GPU KV cache size: 491,008 tokens\nMaximum concurrency for 8,192 tokens per request: 59.94x';
+  await open(page, `?preset=llama-3.1-8b&seqs=8192x4&gpu_gib=80&reserve=0.1&tp=16&vllm=${encodeURIComponent(log)}`);
+  assert.match(await text(page, 'tensor-parallel'), /replicated/);
+  assert.match(await text(page, 'tensor-parallel'), /TP 16 > 8 KV heads/);
+  assert.ok(Number((await text(page, 'max-seqs')).replace(/,/g, '')) > 0);
+  assert.match(await text(page, 'cross-check'), /491,008/);
+  await screenshot(page, 'kv-budget');
+});
+
+test('embed widget: compact, no network beyond its own files, first load within 400 KB gzipped', async () => {
+  const page = await newPage(browser, { viewport: { width: 720, height: 520 } });
+  const sizes = [];
+  page.on('requestfinished', async (req) => {
+    const s = await req.sizes();
+    sizes.push({ url: req.url(), bytes: s.responseBodySize + s.responseHeadersSize });
+  });
+  await open(page, '?embed=kv&preset=qwen3-0.6b&seqs=4096x8');
+  await page.waitForLoadState('networkidle');
+  assert.equal(await page.locator('#f-gpu_gib').count(), 0, 'the widget is compact');
+  assert.equal(await page.locator('main.embed').count(), 1);
+  const total = sizes.reduce((a, s) => a + s.bytes, 0);
+  const files = sizes.map((s) => new URL(s.url).pathname);
+  assert.ok(files.every((f) => /\.(html|js|wasm|css)$|\/$/.test(f)), files.join(' '));
+  assert.ok(!files.some((f) => /gguf|router|worker/.test(f)), 'no router or model files');
+  assert.ok(total <= 400 * 1024, `first load ${total} bytes`);
+  await mkdir(outDir, { recursive: true });
+  await writeFile(join(outDir, 'embed-first-load.json'), JSON.stringify({ total_bytes_gzip: total, files: sizes }, null, 2));
+  console.log(`embed first load: ${(total / 1024).toFixed(1)} KiB gzipped over ${sizes.length} requests`);
+  assert.deepEqual(page.blocked, []);
+  await screenshot(page, 'kv-embed');
+});
+
+test('keyboard only: tab to an input, type, the figures follow', async () => {
+  const page = await newPage(browser);
+  await open(page, '?layers=32&kv_heads=8&head_dim=128&kv_dtype=bf16&seqs=8192x4');
+  await page.focus('#f-preset');
+  for (let i = 0; i < 20; i++) {
+    await page.keyboard.press('Tab');
+    if (await page.evaluate(() => document.activeElement?.id === 'f-kv_heads')) break;
+  }
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'f-kv_heads');
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('16');
+  await page.waitForFunction(() => document.querySelector('[data-testid=logical-total]').innerText === '8.00 GiB');
+});
