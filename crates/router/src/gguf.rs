@@ -1,0 +1,310 @@
+//! GGUF checkpoints: a bounds-checked walk over the file before candle reads
+//! it, the architecture's hyper-parameters, and the checkpoint id.
+//!
+//! candle's reader trusts the lengths a file declares (a corrupt string length
+//! becomes a huge allocation), so every length and tensor region is checked
+//! against the bytes actually present first. A truncated, corrupt or
+//! unsupported file is then an error naming what is wrong, never a panic.
+
+use std::io::Cursor;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::Device;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Result, RouterError};
+
+/// GGML type ids candle can compute with, and their (block elements, block bytes).
+fn ggml_block(type_id: u32) -> Option<(&'static str, u64, u64)> {
+    Some(match type_id {
+        0 => ("F32", 1, 4),
+        1 => ("F16", 1, 2),
+        2 => ("Q4_0", 32, 18),
+        3 => ("Q4_1", 32, 20),
+        6 => ("Q5_0", 32, 22),
+        7 => ("Q5_1", 32, 24),
+        8 => ("Q8_0", 32, 34),
+        10 => ("Q2_K", 256, 84),
+        11 => ("Q3_K", 256, 110),
+        12 => ("Q4_K", 256, 144),
+        13 => ("Q5_K", 256, 176),
+        14 => ("Q6_K", 256, 210),
+        30 => ("BF16", 1, 2),
+        _ => return None,
+    })
+}
+
+struct Walker<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Walker<'a> {
+    fn take(&mut self, n: u64, what: &str) -> std::result::Result<&'a [u8], String> {
+        let end = (self.at as u64).checked_add(n).filter(|e| *e <= self.bytes.len() as u64);
+        match end {
+            Some(end) => {
+                let s = &self.bytes[self.at..end as usize];
+                self.at = end as usize;
+                Ok(s)
+            }
+            None => Err(format!("truncated: {what} needs {n} bytes at offset {} but the file has {}", self.at, self.bytes.len())),
+        }
+    }
+    fn u32(&mut self, what: &str) -> std::result::Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self, what: &str) -> std::result::Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+    }
+    fn string(&mut self, what: &str) -> std::result::Result<String, String> {
+        let n = self.u64(what)?;
+        let raw = self.take(n, what)?;
+        String::from_utf8(raw.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+    }
+    fn value(&mut self, type_id: u32, what: &str, depth: u32) -> std::result::Result<(), String> {
+        let fixed = match type_id {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4..=6 => 4,
+            10..=12 => 8,
+            8 => return self.string(what).map(|_| ()),
+            9 => {
+                if depth > 2 {
+                    return Err(format!("{what}: arrays nested too deeply"));
+                }
+                let elem = self.u32(what)?;
+                let n = self.u64(what)?;
+                // Each element takes at least one byte: a cheap guard against absurd counts.
+                if n > (self.bytes.len() - self.at) as u64 {
+                    return Err(format!("truncated: {what} declares {n} elements"));
+                }
+                for _ in 0..n {
+                    self.value(elem, what, depth + 1)?;
+                }
+                return Ok(());
+            }
+            other => return Err(format!("{what} has unknown value type {other}")),
+        };
+        self.take(fixed, what).map(|_| ())
+    }
+}
+
+/// Checks the whole structure of a GGUF file against its length.
+pub fn validate(bytes: &[u8], file: &str) -> Result<()> {
+    let bad = |reason: String| RouterError::Gguf { file: file.to_string(), reason };
+    let mut w = Walker { bytes, at: 0 };
+    let magic = w.take(4, "magic").map_err(bad)?;
+    if magic != b"GGUF" {
+        return Err(bad(format!("starts with {:?}, not the GGUF magic", String::from_utf8_lossy(magic))));
+    }
+    let version = w.u32("version").map_err(bad)?;
+    if !(2..=3).contains(&version) {
+        return Err(bad(format!("GGUF version {version} (supported: 2, 3)")));
+    }
+    let n_tensors = w.u64("tensor count").map_err(bad)?;
+    let n_kv = w.u64("metadata count").map_err(bad)?;
+    if n_tensors > bytes.len() as u64 / 8 || n_kv > bytes.len() as u64 / 8 {
+        return Err(bad(format!("declares {n_tensors} tensors and {n_kv} metadata entries, more than the file can hold")));
+    }
+    let mut alignment = 32u64;
+    for _ in 0..n_kv {
+        let key = w.string("metadata key").map_err(bad)?;
+        let type_id = w.u32(&key).map_err(bad)?;
+        let start = w.at;
+        w.value(type_id, &key, 0).map_err(bad)?;
+        if key == "general.alignment" && type_id == 4 {
+            alignment = u32::from_le_bytes(bytes[start..start + 4].try_into().expect("4 bytes")) as u64;
+            if alignment == 0 || !alignment.is_power_of_two() {
+                return Err(bad(format!("general.alignment {alignment} is not a power of two")));
+            }
+        }
+    }
+    let mut regions = Vec::new();
+    for _ in 0..n_tensors {
+        let name = w.string("tensor name").map_err(bad)?;
+        let n_dims = w.u32(&name).map_err(bad)?;
+        if n_dims == 0 || n_dims > 4 {
+            return Err(bad(format!("tensor `{name}` has {n_dims} dimensions")));
+        }
+        let mut elements: u64 = 1;
+        for _ in 0..n_dims {
+            let d = w.u64(&name).map_err(bad)?;
+            elements = elements.checked_mul(d).ok_or_else(|| bad(format!("tensor `{name}` is impossibly large")))?;
+        }
+        let type_id = w.u32(&name).map_err(bad)?;
+        let offset = w.u64(&name).map_err(bad)?;
+        let Some((type_name, block, block_bytes)) = ggml_block(type_id) else {
+            return Err(RouterError::UnsupportedQuant { file: file.to_string(), tensor: name, dtype: format!("ggml type {type_id}") });
+        };
+        if elements % block != 0 {
+            return Err(bad(format!("tensor `{name}` has {elements} elements, not a multiple of the {type_name} block of {block}")));
+        }
+        regions.push((name, offset, elements / block * block_bytes));
+    }
+    let data_start = (w.at as u64).div_ceil(alignment) * alignment;
+    for (name, offset, size) in regions {
+        let end = data_start.checked_add(offset).and_then(|s| s.checked_add(size));
+        if end.is_none_or(|e| e > bytes.len() as u64) {
+            return Err(bad(format!("truncated: tensor `{name}` ends past the end of the file ({} bytes)", bytes.len())));
+        }
+    }
+    Ok(())
+}
+
+/// Which forward pass a checkpoint needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// Llama family (SmolLM2): RoPE on interleaved pairs, as llama.cpp stores it.
+    Llama,
+    /// Qwen3: per-head RMSNorm on queries and keys, NeoX (half-split) RoPE.
+    Qwen3,
+}
+
+/// The hyper-parameters a forward pass needs, read from GGUF metadata.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Hparams {
+    pub architecture: Architecture,
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub rms_eps: f64,
+    pub rope_theta: f32,
+    pub context_length: usize,
+}
+
+/// A parsed GGUF checkpoint over the caller's bytes.
+pub struct Checkpoint<'a> {
+    pub file: String,
+    pub bytes: &'a [u8],
+    pub content: Content,
+    pub hparams: Hparams,
+    /// Short content hash of the checkpoint bytes.
+    pub id: String,
+    /// The most common weight type among the 2-D tensors, e.g. `Q4_1`.
+    pub weight_type: String,
+}
+
+/// `gguf-` and the first 8 hex digits of the SHA-256 of `bytes`.
+pub fn checkpoint_id(bytes: &[u8]) -> String {
+    format!("gguf-{}", &hex(&Sha256::digest(bytes))[..8])
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl<'a> Checkpoint<'a> {
+    /// Validates and parses `bytes`; `file` names the source in errors.
+    pub fn parse(bytes: &'a [u8], file: &str) -> Result<Checkpoint<'a>> {
+        validate(bytes, file)?;
+        let content = Content::read(&mut Cursor::new(bytes)).map_err(|e| RouterError::Gguf { file: file.to_string(), reason: e.to_string() })?;
+        let hparams = read_hparams(&content, file)?;
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for info in content.tensor_infos.values() {
+            if info.shape.rank() == 2 {
+                let name = format!("{:?}", info.ggml_dtype).replace("Q4K", "Q4_K").replace("Q6K", "Q6_K").replace("Q5K", "Q5_K").replace("Q3K", "Q3_K").replace("Q2K", "Q2_K");
+                match counts.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, c)) => *c += 1,
+                    None => counts.push((name, 1)),
+                }
+            }
+        }
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let weight_type = counts.first().map(|c| c.0.clone()).unwrap_or_else(|| "unknown".into());
+        Ok(Checkpoint { file: file.to_string(), bytes, content, hparams, id: checkpoint_id(bytes), weight_type })
+    }
+
+    /// Reads one tensor, or says which one is missing.
+    pub fn tensor(&self, name: &str) -> Result<QTensor> {
+        if !self.content.tensor_infos.contains_key(name) {
+            return Err(RouterError::Tensor { file: self.file.clone(), tensor: name.to_string(), reason: "missing".into() });
+        }
+        self.content
+            .tensor(&mut Cursor::new(self.bytes), name, &Device::Cpu)
+            .map_err(|e| RouterError::Tensor { file: self.file.clone(), tensor: name.to_string(), reason: e.to_string() })
+    }
+
+    /// Whether a tensor is present.
+    pub fn has(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    pub fn metadata(&self, key: &str) -> Option<&Value> {
+        self.content.metadata.get(key)
+    }
+
+    /// Checks a tensor's shape (GGUF order: innermost dimension first as
+    /// candle reports it, i.e. `[rows, cols]` of the PyTorch weight).
+    pub fn expect_shape(&self, name: &str, want: &[usize]) -> Result<()> {
+        let info = self.content.tensor_infos.get(name).ok_or_else(|| RouterError::Tensor { file: self.file.clone(), tensor: name.into(), reason: "missing".into() })?;
+        if info.shape.dims() != want {
+            return Err(RouterError::Tensor { file: self.file.clone(), tensor: name.into(), reason: format!("shape {:?}, expected {:?}", info.shape.dims(), want) });
+        }
+        Ok(())
+    }
+
+    /// Weights stored in a type we would dequantize to compute with.
+    pub fn is_float(&self, name: &str) -> bool {
+        self.content.tensor_infos.get(name).is_some_and(|i| matches!(i.ggml_dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16))
+    }
+}
+
+fn read_hparams(content: &Content, file: &str) -> Result<Hparams> {
+    let meta_err = |key: &str, reason: &str| RouterError::Metadata { file: file.to_string(), key: key.to_string(), reason: reason.to_string() };
+    let arch_name = match content.metadata.get("general.architecture") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(meta_err("general.architecture", "is not a string")),
+        None => return Err(meta_err("general.architecture", "is missing")),
+    };
+    let architecture = match arch_name.as_str() {
+        "llama" => Architecture::Llama,
+        "qwen3" => Architecture::Qwen3,
+        _ => return Err(RouterError::UnsupportedArchitecture { file: file.to_string(), arch: arch_name }),
+    };
+    let int = |suffix: &str| -> Result<usize> {
+        let key = format!("{arch_name}.{suffix}");
+        match content.metadata.get(&key) {
+            Some(v) => v.to_u64().map(|v| v as usize).or_else(|_| v.to_u32().map(|v| v as usize)).map_err(|_| meta_err(&key, "is not an integer")),
+            None => Err(meta_err(&key, "is missing")),
+        }
+    };
+    let float = |suffix: &str, default: f64| -> Result<f64> {
+        let key = format!("{arch_name}.{suffix}");
+        match content.metadata.get(&key) {
+            Some(v) => v.to_f32().map(|v| v as f64).map_err(|_| meta_err(&key, "is not a float")),
+            None => Ok(default),
+        }
+    };
+    let layers = int("block_count")?;
+    let hidden = int("embedding_length")?;
+    let heads = int("attention.head_count")?;
+    let kv_heads = int("attention.head_count_kv").unwrap_or(heads);
+    if layers == 0 || hidden == 0 || heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(meta_err(&format!("{arch_name}.attention.head_count"), &format!("{heads} heads / {kv_heads} KV heads over {layers} layers is not a valid shape")));
+    }
+    let head_dim = int("attention.key_length").unwrap_or(hidden / heads);
+    let vocab = match content.metadata.get("tokenizer.ggml.tokens") {
+        Some(Value::Array(a)) => a.len(),
+        _ => int("vocab_size")?,
+    };
+    Ok(Hparams {
+        architecture,
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        head_dim,
+        ffn: int("feed_forward_length")?,
+        vocab,
+        rms_eps: float("attention.layer_norm_rms_epsilon", 1e-6)?,
+        rope_theta: float("rope.freq_base", 10_000.0)? as f32,
+        context_length: int("context_length").unwrap_or(8192),
+    })
+}

@@ -1,0 +1,278 @@
+//! `Router.decide`: mode resolution → conversation assembly → tokenisation →
+//! left truncation → prefill → descriptor stacking → scores → cost estimation
+//! → ranking, each stage timed on its own.
+//!
+//! `encode_and_score` is the field guide's microbenchmark boundary: it runs
+//! the same tokenise/truncate/prefill/stack/score steps as `decide` (the same
+//! code, not a copy) and leaves out mode resolution, cost policy and ranking.
+
+use serde::{Deserialize, Serialize};
+use web_time::Instant;
+
+use crate::conversation::Conversation;
+use crate::error::{Result, RouterError};
+use crate::gguf::Checkpoint;
+use crate::model::{Backbone, Precision};
+use crate::pool::Pool;
+use crate::tokenizer::RouterTokenizer;
+
+/// The default `router_max_tokens` (the field guide's truncation ceiling).
+pub const DEFAULT_MAX_TOKENS: usize = 1024;
+
+/// Knobs of the decision.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RouterConfig {
+    /// Routing texts longer than this are cut from the left.
+    pub max_tokens: usize,
+    /// Softmax temperature over cosine similarities.
+    pub temperature: f32,
+    pub precision: Precision,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig { max_tokens: DEFAULT_MAX_TOKENS, temperature: 0.05, precision: Precision::DequantizedF32 }
+    }
+}
+
+/// What a router is built from: bytes and the names to report them by.
+pub struct RouterAssets<'a> {
+    pub gguf: &'a [u8],
+    pub gguf_name: &'a str,
+    /// A tokenizer.json; `None` builds the tokenizer from the GGUF metadata.
+    pub tokenizer_json: Option<(&'a [u8], &'a str)>,
+    pub pool_yaml: &'a [u8],
+    pub pool_name: &'a str,
+}
+
+/// Load-time costs, timed apart from any decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadTimings {
+    /// GGUF validation, parsing and weight preparation.
+    pub weights_ms: f64,
+    pub tokenizer_ms: f64,
+    /// Encoding every candidate descriptor once (per pool load).
+    pub descriptors_ms: f64,
+}
+
+/// Per-stage wall time of one call, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageTimings {
+    pub mode_ms: f64,
+    pub assemble_ms: f64,
+    pub tokenize_ms: f64,
+    pub truncate_ms: f64,
+    pub prefill_ms: f64,
+    pub stack_ms: f64,
+    pub score_ms: f64,
+    pub cost_ms: f64,
+    pub rank_ms: f64,
+    /// The whole call, end to end.
+    pub total_ms: f64,
+}
+
+/// One ranked candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ranked {
+    pub id: String,
+    /// Softmax over candidates of cosine similarity / temperature.
+    pub score: f32,
+    pub cosine: f32,
+    pub estimated_cost_usd: f64,
+    /// `score − cost_weight × cost / (most expensive estimate)`.
+    pub utility: f64,
+}
+
+/// The answer of `decide`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub mode: String,
+    pub cost_weight: f64,
+    /// Best first.
+    pub ranked: Vec<Ranked>,
+    /// Tokens of the whole routing text.
+    pub tokens_total: usize,
+    /// Tokens prefilled (after truncation).
+    pub tokens_used: usize,
+    pub truncated: bool,
+    pub timings: StageTimings,
+}
+
+/// The scores `encode_and_score` returns, in pool order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Scores {
+    pub scores: Vec<f32>,
+    pub cosines: Vec<f32>,
+    pub tokens_total: usize,
+    pub tokens_used: usize,
+    pub truncated: bool,
+    pub timings: StageTimings,
+}
+
+/// A loaded router: backbone, tokenizer, pool and the cached descriptor vectors.
+pub struct Router {
+    pub backbone: Backbone,
+    pub tokenizer: RouterTokenizer,
+    pub pool: Pool,
+    pub config: RouterConfig,
+    pub checkpoint_id: String,
+    pub weight_type: String,
+    pub load_timings: LoadTimings,
+    /// One L2-normalised vector per candidate, in pool order.
+    descriptors: Vec<Vec<f32>>,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+impl Router {
+    /// Loads everything, timing weights, tokenizer and descriptors apart.
+    pub fn load(assets: &RouterAssets, config: RouterConfig) -> Result<Router> {
+        let started = Instant::now();
+        let checkpoint = Checkpoint::parse(assets.gguf, assets.gguf_name)?;
+        let backbone = Backbone::load(&checkpoint, config.precision)?;
+        let weights_ms = ms(started);
+
+        let started = Instant::now();
+        let tokenizer = match assets.tokenizer_json {
+            Some((bytes, name)) => RouterTokenizer::from_json(bytes, name)?,
+            None => RouterTokenizer::from_gguf(&checkpoint)?,
+        };
+        tokenizer.check_vocab(checkpoint.hparams.vocab)?;
+        let tokenizer_ms = ms(started);
+
+        let pool = Pool::from_yaml(assets.pool_yaml, assets.pool_name)?;
+        let mut router = Router {
+            backbone,
+            tokenizer,
+            pool,
+            config,
+            checkpoint_id: checkpoint.id.clone(),
+            weight_type: checkpoint.weight_type.clone(),
+            load_timings: LoadTimings { weights_ms, tokenizer_ms, descriptors_ms: 0.0 },
+            descriptors: Vec::new(),
+        };
+        let started = Instant::now();
+        router.descriptors = router.pool.candidates.iter().map(|c| router.embed_text(&c.descriptor)).collect::<Result<_>>()?;
+        router.load_timings.descriptors_ms = ms(started);
+        Ok(router)
+    }
+
+    /// The embedding of a plain text, truncated like a routing text.
+    fn embed_text(&self, text: &str) -> Result<Vec<f32>> {
+        let ids = self.tokenizer.encode(text)?;
+        let keep = ids.len().min(self.config.max_tokens);
+        self.backbone.embed(&ids[ids.len() - keep..])
+    }
+
+    /// Tokenise → truncate → prefill → stack → score, timing each into `t`.
+    fn encode_and_score_into(&self, routing_text: &str, t: &mut StageTimings) -> Result<Scores> {
+        let started = Instant::now();
+        let ids = self.tokenizer.encode(routing_text)?;
+        t.tokenize_ms = ms(started);
+
+        // The task statement sits near the start, and truncation cuts from
+        // the left: a long conversation keeps its latest tokens.
+        let started = Instant::now();
+        let total = ids.len();
+        let keep = total.min(self.config.max_tokens);
+        let kept = &ids[total - keep..];
+        t.truncate_ms = ms(started);
+
+        let started = Instant::now();
+        let query = self.backbone.embed(kept)?;
+        t.prefill_ms = ms(started);
+
+        let started = Instant::now();
+        let hidden = query.len();
+        let matrix: Vec<f32> = self.descriptors.iter().flat_map(|d| d.iter().copied()).collect();
+        t.stack_ms = ms(started);
+
+        let started = Instant::now();
+        let cosines: Vec<f32> = matrix.chunks_exact(hidden).map(|row| row.iter().zip(&query).map(|(a, b)| a * b).sum()).collect();
+        let scores = softmax(&cosines, self.config.temperature);
+        t.score_ms = ms(started);
+        Ok(Scores { scores, cosines, tokens_total: total, tokens_used: keep, truncated: keep < total, timings: *t })
+    }
+
+    /// The microbenchmark boundary: encode a routing text and score the
+    /// candidates (no mode resolution, cost policy or ranking).
+    pub fn encode_and_score(&self, routing_text: &str) -> Result<Scores> {
+        let started = Instant::now();
+        let mut t = StageTimings::default();
+        let mut scores = self.encode_and_score_into(routing_text, &mut t)?;
+        scores.timings.total_ms = ms(started);
+        Ok(scores)
+    }
+
+    /// The complete routing call.
+    pub fn decide(&self, conversation: &Conversation, mode: Option<&str>) -> Result<Decision> {
+        let call = Instant::now();
+        let mut t = StageTimings::default();
+
+        let started = Instant::now();
+        let mode_name = mode.map(str::trim).filter(|m| !m.is_empty()).unwrap_or(&self.pool.default_mode).to_string();
+        let cost_weight = match self.pool.modes.get(&mode_name) {
+            Some(m) => m.cost_weight,
+            None => {
+                return Err(RouterError::Request(format!(
+                    "unknown mode `{mode_name}` (the pool has: {})",
+                    self.pool.modes.keys().cloned().collect::<Vec<_>>().join(", ")
+                )))
+            }
+        };
+        t.mode_ms = ms(started);
+
+        let started = Instant::now();
+        if conversation.messages.iter().all(|m| m.content.trim().is_empty()) {
+            return Err(RouterError::Request("the conversation is empty".into()));
+        }
+        let routing_text = conversation.routing_text();
+        t.assemble_ms = ms(started);
+
+        let scores = self.encode_and_score_into(&routing_text, &mut t)?;
+
+        let started = Instant::now();
+        let costs: Vec<f64> = self
+            .pool
+            .candidates
+            .iter()
+            .map(|c| (scores.tokens_total as f64 * c.price_per_1m_input + c.expected_output_tokens as f64 * c.price_per_1m_output) / 1e6)
+            .collect();
+        let most = costs.iter().cloned().fold(0.0, f64::max);
+        t.cost_ms = ms(started);
+
+        let started = Instant::now();
+        let mut ranked: Vec<Ranked> = self
+            .pool
+            .candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Ranked {
+                id: c.id.clone(),
+                score: scores.scores[i],
+                cosine: scores.cosines[i],
+                estimated_cost_usd: costs[i],
+                utility: scores.scores[i] as f64 - cost_weight * if most > 0.0 { costs[i] / most } else { 0.0 },
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.utility.total_cmp(&a.utility).then(b.score.total_cmp(&a.score)).then(a.id.cmp(&b.id)));
+        t.rank_ms = ms(started);
+        t.total_ms = ms(call);
+        Ok(Decision { mode: mode_name, cost_weight, ranked, tokens_total: scores.tokens_total, tokens_used: scores.tokens_used, truncated: scores.truncated, timings: t })
+    }
+
+    /// The precision, for reports (`Q4_1 weights dequantized to f32 …`).
+    pub fn precision_label(&self) -> String {
+        self.config.precision.label(&self.weight_type)
+    }
+}
+
+fn softmax(xs: &[f32], temperature: f32) -> Vec<f32> {
+    let t = temperature.max(1e-6);
+    let max = xs.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = xs.iter().map(|x| ((x - max) / t).exp()).collect();
+    let sum: f32 = exps.iter().sum();
+    exps.iter().map(|e| e / sum).collect()
+}

@@ -1,0 +1,23 @@
+//! Shared helpers for the router's tests: the assets fetched by
+//! scripts/fetch-assets.sh (the tests fail with a clear message without them).
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn asset(name: &str) -> Vec<u8> {
+    let path = workspace().join("assets").join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}. Run scripts/fetch-assets.sh (scripts/test.sh does) first.", path.display()))
+}
+
+pub fn smollm2() -> Vec<u8> {
+    asset("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+pub fn pool_yaml() -> Vec<u8> {
+    std::fs::read(workspace().join("configs/pool.coderouterbench.yaml")).expect("default pool file")
+}
