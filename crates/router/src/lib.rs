@@ -13,6 +13,7 @@ pub mod model;
 pub mod pool;
 pub mod prompts;
 pub mod router;
+pub mod synthetic;
 pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role};

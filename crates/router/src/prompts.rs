@@ -3,9 +3,10 @@
 //!
 //! A prompt of `N` tokens is a single user turn whose *routing text* (the
 //! assembled ChatML conversation the router prefills) is exactly `N` tokens:
-//! its content is the longest prefix of the corpus (the task texts joined by
-//! blank lines, in order) that fits. Prefill cost is what the latency table
-//! measures, so the count that matters is the prefilled one.
+//! its content is a prefix of the task texts joined by blank lines, starting
+//! at the first task (or the next one when no prefix lands exactly). Prefill
+//! cost is what the latency table measures, so the count that matters is the
+//! prefilled one.
 
 use crate::conversation::Conversation;
 use crate::error::{Result, RouterError};
@@ -21,8 +22,22 @@ pub struct BenchPrompt {
     pub characters: usize,
 }
 
-/// Builds a conversation whose routing text has exactly `target` tokens.
-pub fn exact_prompt(tokenizer: &RouterTokenizer, corpus: &str, target: usize) -> Result<BenchPrompt> {
+/// Builds a conversation whose routing text has exactly `target` tokens from
+/// `texts` (task prompts, in order): the corpus starts at the first task and
+/// moves to the next one when no prefix lands on the count.
+pub fn exact_prompt(tokenizer: &RouterTokenizer, texts: &[String], target: usize) -> Result<BenchPrompt> {
+    for start in 0..texts.len() {
+        let corpus = texts[start..].join("\n\n");
+        if let Some(prompt) = exact_prefix(tokenizer, &corpus, target)? {
+            return Ok(prompt);
+        }
+    }
+    Err(RouterError::Request(format!("no prefix of the {} prompt texts has exactly {target} tokens", texts.len())))
+}
+
+/// The prefix of `corpus` whose routing text has exactly `target` tokens, if
+/// one lies near the token-boundary estimate.
+fn exact_prefix(tokenizer: &RouterTokenizer, corpus: &str, target: usize) -> Result<Option<BenchPrompt>> {
     let count = |content: &str| -> Result<usize> { Ok(tokenizer.encode(&Conversation::user(content).routing_text())?.len()) };
     let overhead = count("")?;
     if target <= overhead {
@@ -30,21 +45,23 @@ pub fn exact_prompt(tokenizer: &RouterTokenizer, corpus: &str, target: usize) ->
     }
     let (_, ends) = tokenizer.encode_with_ends(corpus)?;
     if ends.len() + overhead < target {
-        return Err(RouterError::Request(format!("the prompt corpus has only {} tokens; {target} were asked for", ends.len())));
+        return Ok(None);
     }
-    // Start from the token count the template leaves, then nudge: joining
-    // the content to the template can merge or split a token at the seams.
-    let mut take = target - overhead;
-    for _ in 0..64 {
-        let content = &corpus[..ends[take - 1]];
-        let n = count(content)?;
-        if n == target {
-            return Ok(BenchPrompt { characters: content.chars().count(), conversation: Conversation::user(content), tokens: n });
-        }
-        take = if n > target { take - 1 } else { take + 1 };
-        if take == 0 || take > ends.len() {
-            break;
+    // Cut at the token boundary the template leaves room for, then search
+    // character boundaries around it: joining content to the template can
+    // merge tokens at a seam, and a line break (`\r\n`) followed by text adds
+    // two tokens at once, so some counts are reachable only elsewhere.
+    let estimate = ends[target - overhead - 1];
+    let boundaries: Vec<usize> = corpus.char_indices().map(|(i, _)| i).chain([corpus.len()]).collect();
+    let at = boundaries.partition_point(|&b| b < estimate);
+    for delta in 0..64usize {
+        for i in [at + delta, at.wrapping_sub(delta)] {
+            let Some(&end) = boundaries.get(i) else { continue };
+            let content = &corpus[..end];
+            if !content.is_empty() && count(content)? == target {
+                return Ok(Some(BenchPrompt { characters: content.chars().count(), conversation: Conversation::user(content), tokens: target }));
+            }
         }
     }
-    Err(RouterError::Request(format!("could not cut the corpus to exactly {target} tokens")))
+    Ok(None)
 }

@@ -1,0 +1,80 @@
+//! Bad checkpoints, pools and tokenizers: a clear error naming the file and
+//! what is wrong, never a panic.
+
+mod common;
+
+use candle_core::quantized::GgmlDType;
+use router::synthetic::{self, SyntheticSpec};
+use router::{Router, RouterAssets, RouterConfig};
+
+fn load(gguf: &[u8], tokenizer: Option<&[u8]>, pool: &[u8]) -> String {
+    let assets = RouterAssets { gguf, gguf_name: "model.gguf", tokenizer_json: tokenizer.map(|t| (t, "tokenizer.json")), pool_yaml: pool, pool_name: "pool.yaml" };
+    match Router::load(&assets, RouterConfig::default()) {
+        Ok(_) => "loaded".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn small() -> Vec<u8> {
+    synthetic::write(&SyntheticSpec { vocab: 2048, ..SyntheticSpec::qwen3(GgmlDType::Q8_0) }).unwrap()
+}
+
+#[test]
+fn truncated_or_corrupt_ggufs() {
+    let pool = common::pool_yaml();
+    let good = small();
+    for cut in [0, 3, 10, 100, 2_000, good.len() / 2, good.len() - 1] {
+        let e = load(&good[..cut], None, &pool);
+        assert!(e.starts_with("model.gguf: not a valid GGUF checkpoint"), "cut at {cut}: {e}");
+    }
+    let mut wrong_magic = good.clone();
+    wrong_magic[..4].copy_from_slice(b"GGML");
+    assert!(load(&wrong_magic, None, &pool).contains("not the GGUF magic"));
+    // A key length of 2^62: candle alone would try to allocate it.
+    let mut huge = good.clone();
+    huge[24..32].copy_from_slice(&(1u64 << 62).to_le_bytes());
+    assert!(load(&huge, None, &pool).contains("truncated"), "{}", load(&huge, None, &pool));
+    let mut counts = good;
+    counts[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(load(&counts, None, &pool).contains("more than the file can hold"));
+}
+
+#[test]
+fn unsupported_architecture_and_quant_type() {
+    let pool = common::pool_yaml();
+    let gpt2 = synthetic::write(&SyntheticSpec { architecture: "gpt2", vocab: 2048, ..SyntheticSpec::qwen3(GgmlDType::Q8_0) }).unwrap();
+    assert_eq!(load(&gpt2, None, &pool), "model.gguf: unsupported architecture `gpt2` (supported: llama, qwen3)");
+    let q8_1 = synthetic::write(&SyntheticSpec { vocab: 2048, ..SyntheticSpec::qwen3(GgmlDType::Q8_1) }).unwrap();
+    let e = load(&q8_1, None, &pool);
+    assert!(e.contains("tensor `token_embd.weight` uses unsupported type ggml type 9"), "{e}");
+}
+
+#[test]
+fn tokenizer_problems() {
+    let pool = common::pool_yaml();
+    // No tokenizer in the GGUF metadata and none given.
+    let e = load(&small(), None, &pool);
+    assert!(e.contains("tokenizer") && e.contains("supply a tokenizer.json"), "{e}");
+    // Qwen3's tokenizer (151,669 tokens) against SmolLM2's 49,152-row embedding.
+    let e = load(&common::smollm2(), Some(&common::asset("qwen3-tokenizer.json")), &pool);
+    assert!(e.contains("tokenizer.json: tokenizer: has 151669 tokens but the model's embedding has 49152 rows"), "{e}");
+    let e = load(&small(), Some(b"{not json"), &pool);
+    assert!(e.starts_with("tokenizer.json: tokenizer: not a valid tokenizer.json"), "{e}");
+}
+
+#[test]
+fn malformed_pools() {
+    let gguf = common::smollm2();
+    let cases: [(&str, &str); 6] = [
+        ("name: x\ndefault_mode: a\nmodes: {a: {cost_weight: 0}}\ncandidates: []\n", "has no candidates"),
+        ("name: x\n  bad: [indent\n", "pool.yaml: pool:"),
+        ("name: x\ndefault_mode: b\nmodes: {a: {cost_weight: 0}}\ncandidates: [{id: m, descriptor: d, price_per_1m_input: 1, price_per_1m_output: 1, expected_output_tokens: 1, context_window: 1}]\n", "default_mode `b` is not one of the modes (a)"),
+        ("name: x\ndefault_mode: a\nmodes: {a: {cost_weight: -1}}\ncandidates: [{id: m, descriptor: d, price_per_1m_input: 1, price_per_1m_output: 1, expected_output_tokens: 1, context_window: 1}]\n", "cost_weight is -1"),
+        ("name: x\ndefault_mode: a\nmodes: {a: {cost_weight: 0}}\ncandidates: [{id: m, descriptor: d, price_per_1m_input: 1, price_per_1m_output: 1, expected_output_tokens: 1, context_window: 1, colour: red}]\n", "unknown field `colour`"),
+        ("name: x\ndefault_mode: a\nmodes: {a: {cost_weight: 0}}\ncandidates: [{id: m, descriptor: d, price_per_1m_input: 1, price_per_1m_output: 1, expected_output_tokens: 1, context_window: 1}, {id: m, descriptor: e, price_per_1m_input: 1, price_per_1m_output: 1, expected_output_tokens: 1, context_window: 1}]\n", "the id appears twice"),
+    ];
+    for (yaml, want) in cases {
+        let e = load(&gguf, None, yaml.as_bytes());
+        assert!(e.contains(want), "want {want:?}, got {e}");
+    }
+}

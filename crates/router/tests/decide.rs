@@ -1,0 +1,74 @@
+//! The decide pipeline on the real bundled checkpoint and the default pool.
+
+mod common;
+
+use router::{Conversation, Router, RouterAssets, RouterConfig};
+
+fn router(config: RouterConfig) -> Router {
+    let gguf = common::smollm2();
+    let pool = common::pool_yaml();
+    let assets = RouterAssets { gguf: &gguf, gguf_name: "SmolLM2-135M-Instruct.Q4_1.gguf", tokenizer_json: None, pool_yaml: &pool, pool_name: "pool.coderouterbench.yaml" };
+    Router::load(&assets, config).unwrap()
+}
+
+#[test]
+fn decide_ranks_every_candidate_with_costs_and_stage_timings() {
+    let r = router(RouterConfig::default());
+    assert_eq!(r.checkpoint_id, "gguf-b179c952");
+    assert_eq!(r.weight_type, "Q4_1");
+    let conv = Conversation::user("TimeSeries: misleading exception when required column check fails. Fix the bug in astropy.");
+    let d = r.decide(&conv, None).unwrap();
+    assert_eq!(d.mode, "balanced");
+    assert_eq!(d.ranked.len(), 8);
+    assert!(d.ranked.windows(2).all(|w| w[0].utility >= w[1].utility), "ranked by utility");
+    let sum: f32 = d.ranked.iter().map(|x| x.score).sum();
+    assert!((sum - 1.0).abs() < 1e-4, "scores are a distribution: {sum}");
+    assert!(d.ranked.iter().all(|x| x.estimated_cost_usd > 0.0));
+    let t = d.timings;
+    assert!(t.prefill_ms > 0.0 && t.total_ms >= t.prefill_ms);
+    // encode_and_score gives the same scores: one code path.
+    let s = r.encode_and_score(&conv.routing_text()).unwrap();
+    for x in &d.ranked {
+        let i = r.pool.candidates.iter().position(|c| c.id == x.id).unwrap();
+        assert_eq!(s.scores[i].to_bits(), x.score.to_bits());
+    }
+    // Economy weighs cost: its top pick is no more expensive than quality's.
+    let q = r.decide(&conv, Some("quality")).unwrap();
+    let e = r.decide(&conv, Some("economy")).unwrap();
+    assert!(e.ranked[0].estimated_cost_usd <= q.ranked[0].estimated_cost_usd);
+    // Deterministic to the bit.
+    let again = r.decide(&conv, None).unwrap();
+    assert_eq!(format!("{:?}", again.ranked), format!("{:?}", d.ranked));
+}
+
+#[test]
+fn truncation_cuts_from_the_left_at_router_max_tokens() {
+    let r = router(RouterConfig { max_tokens: 32, ..RouterConfig::default() });
+    let long = "word ".repeat(200);
+    let d = r.decide(&Conversation::user(format!("START {long} END")), None).unwrap();
+    assert!(d.truncated);
+    assert_eq!(d.tokens_used, 32);
+    assert!(d.tokens_total > 200);
+}
+
+#[test]
+fn bad_requests_are_errors_not_panics() {
+    let r = router(RouterConfig::default());
+    let err = r.decide(&Conversation::user("x"), Some("turbo")).unwrap_err().to_string();
+    assert!(err.contains("unknown mode `turbo`") && err.contains("balanced"), "{err}");
+    let err = r.decide(&Conversation::user("   "), None).unwrap_err().to_string();
+    assert!(err.contains("empty"), "{err}");
+}
+
+#[test]
+fn bench_prompts_have_exactly_the_requested_token_count() {
+    let r = router(RouterConfig::default());
+    let corpus = std::fs::read_to_string(common::workspace().join("data/coderouterbench/ood176_sample.jsonl")).unwrap();
+    let texts: Vec<String> = corpus.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["prompt"].as_str().unwrap().to_string()).collect();
+    for n in [15, 256, 1024] {
+        let p = router::prompts::exact_prompt(&r.tokenizer, &texts, n).unwrap();
+        assert_eq!(p.tokens, n);
+        assert_eq!(r.tokenizer.encode(&p.conversation.routing_text()).unwrap().len(), n);
+        assert!(p.characters > 0);
+    }
+}

@@ -1,0 +1,105 @@
+//! The qwen3 architecture on a synthetic checkpoint (random weights written
+//! by `router::synthetic`) with the real Qwen3 tokenizer.json, and every
+//! supported quantization type.
+
+mod common;
+
+use candle_core::quantized::GgmlDType;
+use router::gguf::Checkpoint;
+use router::model::{Backbone, KvCache, Precision};
+use router::synthetic::{self, SyntheticSpec};
+use router::tokenizer::RouterTokenizer;
+use router::{Conversation, Router, RouterAssets, RouterConfig};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Case {
+    text: String,
+    ids: Vec<u32>,
+}
+#[derive(Deserialize)]
+struct Fixture {
+    cases: Vec<Case>,
+}
+
+fn qwen3_tokenizer() -> Vec<u8> {
+    common::asset("qwen3-tokenizer.json")
+}
+
+#[test]
+fn qwen3_tokenizer_json_matches_the_javascript_reference() {
+    let tok = RouterTokenizer::from_json(&qwen3_tokenizer(), "qwen3-tokenizer.json").unwrap();
+    let f: Fixture = serde_json::from_str(include_str!("fixtures/qwen3_tokenizer.json")).unwrap();
+    for c in &f.cases {
+        assert_eq!(tok.encode(&c.text).unwrap(), c.ids, "ids of {:?}", c.text);
+    }
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    dot / (a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt())
+}
+
+#[test]
+fn synthetic_qwen3_routes_deterministically_with_the_real_tokenizer() {
+    let gguf = synthetic::write(&SyntheticSpec::qwen3(GgmlDType::Q8_0)).unwrap();
+    let tok = qwen3_tokenizer();
+    let pool = common::pool_yaml();
+    let assets = RouterAssets { gguf: &gguf, gguf_name: "synthetic-qwen3.gguf", tokenizer_json: Some((&tok, "qwen3-tokenizer.json")), pool_yaml: &pool, pool_name: "pool.coderouterbench.yaml" };
+    let router = Router::load(&assets, RouterConfig::default()).unwrap();
+    assert_eq!(router.backbone.hparams.architecture, router::gguf::Architecture::Qwen3);
+    let conv = Conversation::user("TimeSeries: misleading exception when required column check fails.").with_system("Route this coding task.");
+    let a = router.decide(&conv, Some("quality")).unwrap();
+    let b = router.decide(&conv, Some("quality")).unwrap();
+    let scores = |d: &router::Decision| d.ranked.iter().map(|r| (r.id.clone(), r.score.to_bits(), r.utility.to_bits())).collect::<Vec<_>>();
+    assert_eq!(scores(&a), scores(&b), "bit-identical twice");
+    assert_eq!(a.ranked.len(), 8);
+    assert!(a.tokens_used > 10 && !a.truncated);
+}
+
+#[test]
+fn kv_cache_continuation_equals_one_prefill() {
+    let gguf = synthetic::write(&SyntheticSpec::qwen3(GgmlDType::F32)).unwrap();
+    let ck = Checkpoint::parse(&gguf, "synthetic").unwrap();
+    let model = Backbone::load(&ck, Precision::DequantizedF32).unwrap();
+    let ids: Vec<u32> = (0..24).map(|i| 1000 + i * 37).collect();
+    let whole = model.forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap();
+    let mut cache = KvCache::default();
+    model.forward(&ids[..10], &mut cache).unwrap();
+    assert_eq!(cache.tokens, 10);
+    let rest = model.forward(&ids[10..], &mut cache).unwrap().to_vec2::<f32>().unwrap();
+    assert_eq!(cache.tokens, 24);
+    for (i, row) in rest.iter().enumerate() {
+        let c = cosine(row, &whole[10 + i]);
+        assert!(c > 0.99999, "token {}: cosine {c}", 10 + i);
+    }
+}
+
+#[test]
+fn every_supported_quant_type_runs_and_agrees() {
+    let ids: Vec<u32> = (0..12).map(|i| 500 + i * 911).collect();
+    let reference = {
+        let gguf = synthetic::write(&SyntheticSpec::qwen3(GgmlDType::F32)).unwrap();
+        let ck = Checkpoint::parse(&gguf, "f32").unwrap();
+        Backbone::load(&ck, Precision::DequantizedF32).unwrap().forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap()
+    };
+    for (dtype, min_cos_vs_f32) in [
+        (GgmlDType::F16, 0.999),
+        (GgmlDType::Q8_0, 0.995),
+        (GgmlDType::Q4_0, 0.9),
+        (GgmlDType::Q4_1, 0.9),
+        (GgmlDType::Q4K, 0.9),
+        (GgmlDType::Q6K, 0.98),
+    ] {
+        let gguf = synthetic::write(&SyntheticSpec::qwen3(dtype)).unwrap();
+        let ck = Checkpoint::parse(&gguf, "synthetic").unwrap();
+        let quantized = Backbone::load(&ck, Precision::Quantized).unwrap().forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap();
+        let dequantized = Backbone::load(&ck, Precision::DequantizedF32).unwrap().forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap();
+        for t in 0..ids.len() {
+            let same_weights = cosine(&quantized[t], &dequantized[t]);
+            let vs_f32 = cosine(&quantized[t], &reference[t]);
+            assert!(same_weights > 0.995, "{dtype:?} token {t}: quantized vs dequantized kernels, cosine {same_weights}");
+            assert!(vs_f32 > min_cos_vs_f32, "{dtype:?} token {t}: against the f32 weights, cosine {vs_f32}");
+        }
+    }
+}
