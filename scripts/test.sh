@@ -13,14 +13,15 @@ cargo fmt --all -- --check
 step "clippy (native)"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "clippy (wasm32)"
-cargo clippy --target wasm32-unknown-unknown -p workbench -p kv --all-targets -- -D warnings
+step "clippy (wasm32, std::time::Instant banned)"
+CLIPPY_CONF_DIR=scripts/clippy_wasm cargo clippy --target wasm32-unknown-unknown -p workbench -p kv -p router --all-targets -- -D warnings
 
-step "native tests (unit, property, CLI)"
+step "native tests (unit, property, CLI, router against llama.cpp, bench-decide)"
 cargo test --workspace
 
-step "wasm tests in headless Chromium"
+step "wasm tests in headless Chromium (page bindings; the router core)"
 cargo test --target wasm32-unknown-unknown -p workbench --test web
+cargo test --target wasm32-unknown-unknown -p router --test wasm
 
 step "release build of the site (trunk)"
 trunk build --release

@@ -12,7 +12,9 @@ pub enum RouterError {
     #[error("{file}: unsupported architecture `{arch}` (supported: llama, qwen3)")]
     UnsupportedArchitecture { file: String, arch: String },
     /// A tensor stored in a quantization type we cannot compute with.
-    #[error("{file}: tensor `{tensor}` uses unsupported type {dtype} (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K–Q6_K)")]
+    #[error(
+        "{file}: tensor `{tensor}` uses unsupported type {dtype} (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K–Q6_K)"
+    )]
     UnsupportedQuant { file: String, tensor: String, dtype: String },
     /// A tensor the architecture needs is absent or has the wrong shape.
     #[error("{file}: tensor `{tensor}`: {reason}")]

@@ -138,7 +138,7 @@ pub fn validate(bytes: &[u8], file: &str) -> Result<()> {
         let Some((type_name, block, block_bytes)) = ggml_block(type_id) else {
             return Err(RouterError::UnsupportedQuant { file: file.to_string(), tensor: name, dtype: format!("ggml type {type_id}") });
         };
-        if elements % block != 0 {
+        if !elements.is_multiple_of(block) {
             return Err(bad(format!("tensor `{name}` has {elements} elements, not a multiple of the {type_name} block of {block}")));
         }
         regions.push((name, offset, elements / block * block_bytes));
@@ -204,12 +204,18 @@ impl<'a> Checkpoint<'a> {
     /// Validates and parses `bytes`; `file` names the source in errors.
     pub fn parse(bytes: &'a [u8], file: &str) -> Result<Checkpoint<'a>> {
         validate(bytes, file)?;
-        let content = Content::read(&mut Cursor::new(bytes)).map_err(|e| RouterError::Gguf { file: file.to_string(), reason: e.to_string() })?;
+        let content =
+            Content::read(&mut Cursor::new(bytes)).map_err(|e| RouterError::Gguf { file: file.to_string(), reason: e.to_string() })?;
         let hparams = read_hparams(&content, file)?;
         let mut counts: Vec<(String, usize)> = Vec::new();
         for info in content.tensor_infos.values() {
             if info.shape.rank() == 2 {
-                let name = format!("{:?}", info.ggml_dtype).replace("Q4K", "Q4_K").replace("Q6K", "Q6_K").replace("Q5K", "Q5_K").replace("Q3K", "Q3_K").replace("Q2K", "Q2_K");
+                let name = format!("{:?}", info.ggml_dtype)
+                    .replace("Q4K", "Q4_K")
+                    .replace("Q6K", "Q6_K")
+                    .replace("Q5K", "Q5_K")
+                    .replace("Q3K", "Q3_K")
+                    .replace("Q2K", "Q2_K");
                 match counts.iter_mut().find(|(n, _)| *n == name) {
                     Some((_, c)) => *c += 1,
                     None => counts.push((name, 1)),
@@ -226,9 +232,11 @@ impl<'a> Checkpoint<'a> {
         if !self.content.tensor_infos.contains_key(name) {
             return Err(RouterError::Tensor { file: self.file.clone(), tensor: name.to_string(), reason: "missing".into() });
         }
-        self.content
-            .tensor(&mut Cursor::new(self.bytes), name, &Device::Cpu)
-            .map_err(|e| RouterError::Tensor { file: self.file.clone(), tensor: name.to_string(), reason: e.to_string() })
+        self.content.tensor(&mut Cursor::new(self.bytes), name, &Device::Cpu).map_err(|e| RouterError::Tensor {
+            file: self.file.clone(),
+            tensor: name.to_string(),
+            reason: e.to_string(),
+        })
     }
 
     /// Whether a tensor is present.
@@ -243,9 +251,17 @@ impl<'a> Checkpoint<'a> {
     /// Checks a tensor's shape (GGUF order: innermost dimension first as
     /// candle reports it, i.e. `[rows, cols]` of the PyTorch weight).
     pub fn expect_shape(&self, name: &str, want: &[usize]) -> Result<()> {
-        let info = self.content.tensor_infos.get(name).ok_or_else(|| RouterError::Tensor { file: self.file.clone(), tensor: name.into(), reason: "missing".into() })?;
+        let info = self.content.tensor_infos.get(name).ok_or_else(|| RouterError::Tensor {
+            file: self.file.clone(),
+            tensor: name.into(),
+            reason: "missing".into(),
+        })?;
         if info.shape.dims() != want {
-            return Err(RouterError::Tensor { file: self.file.clone(), tensor: name.into(), reason: format!("shape {:?}, expected {:?}", info.shape.dims(), want) });
+            return Err(RouterError::Tensor {
+                file: self.file.clone(),
+                tensor: name.into(),
+                reason: format!("shape {:?}, expected {:?}", info.shape.dims(), want),
+            });
         }
         Ok(())
     }
@@ -257,7 +273,8 @@ impl<'a> Checkpoint<'a> {
 }
 
 fn read_hparams(content: &Content, file: &str) -> Result<Hparams> {
-    let meta_err = |key: &str, reason: &str| RouterError::Metadata { file: file.to_string(), key: key.to_string(), reason: reason.to_string() };
+    let meta_err =
+        |key: &str, reason: &str| RouterError::Metadata { file: file.to_string(), key: key.to_string(), reason: reason.to_string() };
     let arch_name = match content.metadata.get("general.architecture") {
         Some(Value::String(s)) => s.clone(),
         Some(_) => return Err(meta_err("general.architecture", "is not a string")),
@@ -271,7 +288,9 @@ fn read_hparams(content: &Content, file: &str) -> Result<Hparams> {
     let int = |suffix: &str| -> Result<usize> {
         let key = format!("{arch_name}.{suffix}");
         match content.metadata.get(&key) {
-            Some(v) => v.to_u64().map(|v| v as usize).or_else(|_| v.to_u32().map(|v| v as usize)).map_err(|_| meta_err(&key, "is not an integer")),
+            Some(v) => {
+                v.to_u64().map(|v| v as usize).or_else(|_| v.to_u32().map(|v| v as usize)).map_err(|_| meta_err(&key, "is not an integer"))
+            }
             None => Err(meta_err(&key, "is missing")),
         }
     };
@@ -287,7 +306,10 @@ fn read_hparams(content: &Content, file: &str) -> Result<Hparams> {
     let heads = int("attention.head_count")?;
     let kv_heads = int("attention.head_count_kv").unwrap_or(heads);
     if layers == 0 || hidden == 0 || heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
-        return Err(meta_err(&format!("{arch_name}.attention.head_count"), &format!("{heads} heads / {kv_heads} KV heads over {layers} layers is not a valid shape")));
+        return Err(meta_err(
+            &format!("{arch_name}.attention.head_count"),
+            &format!("{heads} heads / {kv_heads} KV heads over {layers} layers is not a valid shape"),
+        ));
     }
     let head_dim = int("attention.key_length").unwrap_or(hidden / heads);
     let vocab = match content.metadata.get("tokenizer.ggml.tokens") {

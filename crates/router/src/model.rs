@@ -116,8 +116,12 @@ impl Backbone {
             });
         }
         let output_norm = norm_weight(ck, "output_norm.weight", h.hidden)?;
-        if h.head_dim % 2 != 0 {
-            return Err(RouterError::Metadata { file: ck.file.clone(), key: "attention.key_length".into(), reason: format!("head dim {} is odd; RoPE needs pairs", h.head_dim) });
+        if !h.head_dim.is_multiple_of(2) {
+            return Err(RouterError::Metadata {
+                file: ck.file.clone(),
+                key: "attention.key_length".into(),
+                reason: format!("head dim {} is odd; RoPE needs pairs", h.head_dim),
+            });
         }
         let (cos, sin) = rope_tables(&h, h.context_length.clamp(1, 32_768))?;
         Ok(Backbone { hparams: h, precision, embeddings, layers, output_norm, cos, sin })
@@ -154,7 +158,9 @@ impl Backbone {
             let k = layer.k.forward(&xs)?.reshape((1, t, h.kv_heads, h.head_dim))?;
             let v = layer.v.forward(&xs)?.reshape((1, t, h.kv_heads, h.head_dim))?;
             let (q, k) = match (&layer.q_norm, &layer.k_norm) {
-                (Some(qn), Some(kn)) => (candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?, candle_nn::ops::rms_norm(&k.contiguous()?, kn, eps)?),
+                (Some(qn), Some(kn)) => {
+                    (candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?, candle_nn::ops::rms_norm(&k.contiguous()?, kn, eps)?)
+                }
                 _ => (q, k),
             };
             let q = q.transpose(1, 2)?.contiguous()?; // [1, heads, t, d]

@@ -89,7 +89,11 @@ impl Pool {
             }
         }
         if !parsed.modes.contains_key(&parsed.default_mode) {
-            return Err(bad(format!("default_mode `{}` is not one of the modes ({})", parsed.default_mode, parsed.modes.keys().cloned().collect::<Vec<_>>().join(", "))));
+            return Err(bad(format!(
+                "default_mode `{}` is not one of the modes ({})",
+                parsed.default_mode,
+                parsed.modes.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
         }
         Ok(Pool {
             name: parsed.name,

@@ -59,7 +59,11 @@ fn exact_prefix(tokenizer: &RouterTokenizer, corpus: &str, target: usize) -> Res
             let Some(&end) = boundaries.get(i) else { continue };
             let content = &corpus[..end];
             if !content.is_empty() && count(content)? == target {
-                return Ok(Some(BenchPrompt { characters: content.chars().count(), conversation: Conversation::user(content), tokens: target }));
+                return Ok(Some(BenchPrompt {
+                    characters: content.chars().count(),
+                    conversation: Conversation::user(content),
+                    tokens: target,
+                }));
             }
         }
     }

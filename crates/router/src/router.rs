@@ -260,7 +260,15 @@ impl Router {
         ranked.sort_by(|a, b| b.utility.total_cmp(&a.utility).then(b.score.total_cmp(&a.score)).then(a.id.cmp(&b.id)));
         t.rank_ms = ms(started);
         t.total_ms = ms(call);
-        Ok(Decision { mode: mode_name, cost_weight, ranked, tokens_total: scores.tokens_total, tokens_used: scores.tokens_used, truncated: scores.truncated, timings: t })
+        Ok(Decision {
+            mode: mode_name,
+            cost_weight,
+            ranked,
+            tokens_total: scores.tokens_total,
+            tokens_used: scores.tokens_used,
+            truncated: scores.truncated,
+            timings: t,
+        })
     }
 
     /// The precision, for reports (`Q4_1 weights dequantized to f32 …`).

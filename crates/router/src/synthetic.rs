@@ -31,7 +31,18 @@ impl SyntheticSpec {
     /// A two-layer qwen3 with Qwen3's vocabulary (151,936 rows), sized so
     /// every quantization type's block divides every row.
     pub fn qwen3(weight_type: GgmlDType) -> SyntheticSpec {
-        SyntheticSpec { architecture: "qwen3", layers: 2, hidden: 256, heads: 4, kv_heads: 2, head_dim: 64, ffn: 512, vocab: 151_936, weight_type, seed: 7 }
+        SyntheticSpec {
+            architecture: "qwen3",
+            layers: 2,
+            hidden: 256,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            ffn: 512,
+            vocab: 151_936,
+            weight_type,
+            seed: 7,
+        }
     }
 }
 

@@ -36,7 +36,9 @@ fn tok_err(source: &str, reason: impl Into<String>) -> RouterError {
 }
 
 fn split(regex: &str, source: &str) -> Result<PreTokenizerWrapper> {
-    Ok(Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false).map_err(|e| tok_err(source, e.to_string()))?.into())
+    Ok(Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(|e| tok_err(source, e.to_string()))?
+        .into())
 }
 
 fn strings(v: Option<&Value>, key: &str, source: &str) -> Result<Vec<String>> {
@@ -58,12 +60,21 @@ impl RouterTokenizer {
             _ => return Err(tok_err(source, "the GGUF has no `tokenizer.ggml.model`: supply a tokenizer.json")),
         };
         if model != "gpt2" {
-            return Err(tok_err(source, format!("`tokenizer.ggml.model` is `{model}`; only byte-level BPE (`gpt2`) is built from metadata: supply a tokenizer.json")));
+            return Err(tok_err(
+                source,
+                format!(
+                    "`tokenizer.ggml.model` is `{model}`; only byte-level BPE (`gpt2`) is built from metadata: supply a tokenizer.json"
+                ),
+            ));
         }
         let tokens = strings(ck.metadata("tokenizer.ggml.tokens"), "tokenizer.ggml.tokens", source)?;
         let merges: Vec<(String, String)> = strings(ck.metadata("tokenizer.ggml.merges"), "tokenizer.ggml.merges", source)?
             .into_iter()
-            .map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| tok_err(source, format!("merge `{m}` has no space"))))
+            .map(|m| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| tok_err(source, format!("merge `{m}` has no space")))
+            })
             .collect::<Result<_>>()?;
         let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| tok_err(source, e.to_string()))?;
@@ -77,7 +88,9 @@ impl RouterTokenizer {
             // SmolLM: every digit alone, then GPT-2's byte-level regex.
             "smollm" => Sequence::new(vec![split(r"\p{N}", source)?, ByteLevel::new(false, true, true).into()]).into(),
             "qwen2" => Sequence::new(vec![split(REGEX_QWEN2, source)?, ByteLevel::new(false, false, false).into()]).into(),
-            "llama-bpe" | "llama3" | "smaug-bpe" => Sequence::new(vec![split(REGEX_LLAMA3, source)?, ByteLevel::new(false, true, false).into()]).into(),
+            "llama-bpe" | "llama3" | "smaug-bpe" => {
+                Sequence::new(vec![split(REGEX_LLAMA3, source)?, ByteLevel::new(false, true, false).into()]).into()
+            }
             "gpt2" | "default" => ByteLevel::new(false, true, true).into(),
             other => return Err(tok_err(source, format!("pre-tokenizer `{other}` is not supported: supply a tokenizer.json"))),
         };
@@ -111,7 +124,10 @@ impl RouterTokenizer {
     pub fn check_vocab(&self, model_vocab: usize) -> Result<()> {
         let size = self.inner.get_vocab_size(true);
         if size > model_vocab {
-            return Err(tok_err(&self.source, format!("has {size} tokens but the model's embedding has {model_vocab} rows: it belongs to another model")));
+            return Err(tok_err(
+                &self.source,
+                format!("has {size} tokens but the model's embedding has {model_vocab} rows: it belongs to another model"),
+            ));
         }
         Ok(())
     }

@@ -8,7 +8,13 @@ use router::synthetic::{self, SyntheticSpec};
 use router::{Router, RouterAssets, RouterConfig};
 
 fn load(gguf: &[u8], tokenizer: Option<&[u8]>, pool: &[u8]) -> String {
-    let assets = RouterAssets { gguf, gguf_name: "model.gguf", tokenizer_json: tokenizer.map(|t| (t, "tokenizer.json")), pool_yaml: pool, pool_name: "pool.yaml" };
+    let assets = RouterAssets {
+        gguf,
+        gguf_name: "model.gguf",
+        tokenizer_json: tokenizer.map(|t| (t, "tokenizer.json")),
+        pool_yaml: pool,
+        pool_name: "pool.yaml",
+    };
     match Router::load(&assets, RouterConfig::default()) {
         Ok(_) => "loaded".into(),
         Err(e) => e.to_string(),

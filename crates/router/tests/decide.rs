@@ -7,7 +7,13 @@ use router::{Conversation, Router, RouterAssets, RouterConfig};
 fn router(config: RouterConfig) -> Router {
     let gguf = common::smollm2();
     let pool = common::pool_yaml();
-    let assets = RouterAssets { gguf: &gguf, gguf_name: "SmolLM2-135M-Instruct.Q4_1.gguf", tokenizer_json: None, pool_yaml: &pool, pool_name: "pool.coderouterbench.yaml" };
+    let assets = RouterAssets {
+        gguf: &gguf,
+        gguf_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        tokenizer_json: None,
+        pool_yaml: &pool,
+        pool_name: "pool.coderouterbench.yaml",
+    };
     Router::load(&assets, config).unwrap()
 }
 
@@ -64,7 +70,8 @@ fn bad_requests_are_errors_not_panics() {
 fn bench_prompts_have_exactly_the_requested_token_count() {
     let r = router(RouterConfig::default());
     let corpus = std::fs::read_to_string(common::workspace().join("data/coderouterbench/ood176_sample.jsonl")).unwrap();
-    let texts: Vec<String> = corpus.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["prompt"].as_str().unwrap().to_string()).collect();
+    let texts: Vec<String> =
+        corpus.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["prompt"].as_str().unwrap().to_string()).collect();
     for n in [15, 256, 1024] {
         let p = router::prompts::exact_prompt(&r.tokenizer, &texts, n).unwrap();
         assert_eq!(p.tokens, n);

@@ -45,10 +45,17 @@ fn synthetic_qwen3_routes_deterministically_with_the_real_tokenizer() {
     let gguf = synthetic::write(&SyntheticSpec::qwen3(GgmlDType::Q8_0)).unwrap();
     let tok = qwen3_tokenizer();
     let pool = common::pool_yaml();
-    let assets = RouterAssets { gguf: &gguf, gguf_name: "synthetic-qwen3.gguf", tokenizer_json: Some((&tok, "qwen3-tokenizer.json")), pool_yaml: &pool, pool_name: "pool.coderouterbench.yaml" };
+    let assets = RouterAssets {
+        gguf: &gguf,
+        gguf_name: "synthetic-qwen3.gguf",
+        tokenizer_json: Some((&tok, "qwen3-tokenizer.json")),
+        pool_yaml: &pool,
+        pool_name: "pool.coderouterbench.yaml",
+    };
     let router = Router::load(&assets, RouterConfig::default()).unwrap();
     assert_eq!(router.backbone.hparams.architecture, router::gguf::Architecture::Qwen3);
-    let conv = Conversation::user("TimeSeries: misleading exception when required column check fails.").with_system("Route this coding task.");
+    let conv =
+        Conversation::user("TimeSeries: misleading exception when required column check fails.").with_system("Route this coding task.");
     let a = router.decide(&conv, Some("quality")).unwrap();
     let b = router.decide(&conv, Some("quality")).unwrap();
     let scores = |d: &router::Decision| d.ranked.iter().map(|r| (r.id.clone(), r.score.to_bits(), r.utility.to_bits())).collect::<Vec<_>>();
@@ -93,8 +100,14 @@ fn every_supported_quant_type_runs_and_agrees() {
     ] {
         let gguf = synthetic::write(&SyntheticSpec::qwen3(dtype)).unwrap();
         let ck = Checkpoint::parse(&gguf, "synthetic").unwrap();
-        let quantized = Backbone::load(&ck, Precision::Quantized).unwrap().forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap();
-        let dequantized = Backbone::load(&ck, Precision::DequantizedF32).unwrap().forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap();
+        let quantized =
+            Backbone::load(&ck, Precision::Quantized).unwrap().forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap();
+        let dequantized = Backbone::load(&ck, Precision::DequantizedF32)
+            .unwrap()
+            .forward(&ids, &mut KvCache::default())
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
         for t in 0..ids.len() {
             let same_weights = cosine(&quantized[t], &dequantized[t]);
             let vs_f32 = cosine(&quantized[t], &reference[t]);

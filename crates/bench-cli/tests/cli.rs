@@ -1,0 +1,97 @@
+//! bench-decide as a user runs it: real process, real files, exit codes,
+//! and the JSON report checked against the schema.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn bench_decide(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench-decide"));
+    cmd.current_dir(root()).args(args).env_remove("ENTHALPY_ROUTER_MAX_TOKENS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run bench-decide");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bench-decide-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn short_run_writes_the_shared_schema_with_cold_and_warm_apart() {
+    let out = tmp("report.json");
+    let (code, stdout, stderr) = bench_decide(
+        &["--lengths", "15,40", "--iterations", "3", "--warmup", "1", "--encode-iterations", "2", "--out", out.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let header: Vec<&str> = stdout.lines().next().unwrap().split('|').map(str::trim).collect();
+    assert_eq!(header, ["prompt tokens", "characters", "p50 (warm)", "p95 (warm)", "min–max (warm)", "first call (cold)"]);
+    assert!(stdout.contains("Conditions: backbone llama (30 layers"), "{stdout}");
+    assert!(stdout.contains("checkpoint gguf-b179c952"), "{stdout}");
+    let r: bench::Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).expect("report matches the schema");
+    assert_eq!(r.schema, bench::SCHEMA);
+    assert_eq!(r.environment.runtime, "native");
+    assert!(r.environment.threads >= 1 && !r.environment.cpu_model.is_empty());
+    assert!(r.environment.command_line.iter().any(|a| a == "--lengths"));
+    assert_eq!(r.provenance.candidates, 8);
+    assert_eq!(r.provenance.router_max_tokens, 1024);
+    assert!(r.provenance.precision.contains("Q4_1"));
+    assert!(r.load.weights_ms > 0.0 && r.load.tokenizer_ms > 0.0);
+    assert_eq!(r.results.len(), 2);
+    for (res, n) in r.results.iter().zip([15, 40]) {
+        assert_eq!(res.prompt_tokens, n);
+        assert!(res.cold_ms > 0.0);
+        assert_eq!(res.warmup_ms.len(), 1);
+        assert_eq!(res.warm_ms.len(), 3);
+        assert_eq!(res.warm.unwrap().n, 3);
+        assert_eq!(res.encode_and_score_ms.len(), 2);
+        assert!(!res.top_candidate.is_empty());
+    }
+}
+
+#[test]
+fn router_max_tokens_from_the_environment_truncates() {
+    let out = tmp("truncated.json");
+    let (code, _, stderr) = bench_decide(
+        &["--lengths", "60", "--iterations", "1", "--warmup", "0", "--encode-iterations", "0", "--out", out.to_str().unwrap()],
+        &[("ENTHALPY_ROUTER_MAX_TOKENS", "20")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let r: bench::Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(r.provenance.router_max_tokens, 20);
+    assert!(r.results[0].truncated);
+    assert_eq!(r.results[0].prompt_tokens, 20);
+}
+
+#[test]
+fn bad_inputs_fail_with_a_message_naming_the_file() {
+    let garbage = tmp("garbage.gguf");
+    std::fs::write(&garbage, b"GGUF\x03\x00\x00\x00 this is not a checkpoint").unwrap();
+    let pool = tmp("pool.yaml");
+    std::fs::write(&pool, "name: [unclosed\n").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--checkpoint", "/nonexistent/model.gguf"], "--checkpoint /nonexistent/model.gguf"),
+        (vec!["--checkpoint", garbage.to_str().unwrap()], "garbage.gguf: not a valid GGUF checkpoint: declares"),
+        (vec!["--pool", pool.to_str().unwrap()], "pool.yaml: pool:"),
+        (vec!["--device", "cuda"], "--device cuda: only `cpu`"),
+        (vec!["--lengths", "0"], "--lengths"),
+        (vec!["--precision", "int2"], "--precision int2"),
+    ];
+    for (args, want) in cases {
+        let (code, _, stderr) = bench_decide(&args, &[]);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let (code, _, stderr) = bench_decide(&["--lengths", "15"], &[("ENTHALPY_ROUTER_MAX_TOKENS", "lots")]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("ENTHALPY_ROUTER_MAX_TOKENS=lots"), "{stderr}");
+}

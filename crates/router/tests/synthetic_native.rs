@@ -1,0 +1,39 @@
+//! Pins the native hidden state of the synthetic qwen3 that the wasm test
+//! (`tests/wasm.rs`) must reproduce in the browser. Regenerate the fixture
+//! with `UPDATE_FIXTURES=1 cargo test -p router --test synthetic_native`.
+
+use candle_core::quantized::GgmlDType;
+use router::gguf::Checkpoint;
+use router::model::{Backbone, KvCache, Precision};
+use router::synthetic::{self, SyntheticSpec};
+
+#[test]
+fn native_mean_matches_the_pinned_fixture() {
+    let spec = SyntheticSpec { vocab: 4096, ..SyntheticSpec::qwen3(GgmlDType::Q8_0) };
+    let gguf = synthetic::write(&spec).unwrap();
+    let ck = Checkpoint::parse(&gguf, "synthetic.gguf").unwrap();
+    let model = Backbone::load(&ck, Precision::DequantizedF32).unwrap();
+    let ids: Vec<u32> = (0..16).map(|i| 7 + i * 251).collect();
+    let mean = model.forward(&ids, &mut KvCache::default()).unwrap().mean(0).unwrap().to_vec1::<f32>().unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/synthetic_mean_head.rs");
+    if std::env::var_os("UPDATE_FIXTURES").is_some() {
+        let body = mean[..32].iter().map(|v| format!("{v:e}f32")).collect::<Vec<_>>().join(", ");
+        std::fs::write(&path, format!("// The first 32 dimensions of the synthetic qwen3's mean hidden state, native build.\n[{body}]\n"))
+            .unwrap();
+    }
+    let text = std::fs::read_to_string(&path).expect("fixture; regenerate with UPDATE_FIXTURES=1");
+    let pinned: Vec<f32> = text
+        .lines()
+        .filter(|l| !l.starts_with("//"))
+        .collect::<String>()
+        .trim()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(|v| v.trim().trim_end_matches("f32").parse().unwrap())
+        .collect();
+    assert_eq!(pinned.len(), 32);
+    for (i, (a, b)) in mean.iter().zip(&pinned).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "dim {i}: {a} vs pinned {b}");
+    }
+}

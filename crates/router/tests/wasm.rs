@@ -1,0 +1,48 @@
+//! The router core in headless Chromium (wasm32): a synthetic qwen3
+//! checkpoint is written, parsed, loaded and run entirely inside the browser,
+//! and must give the same hidden state as the native build (the expected
+//! numbers come from `tests/synthetic_native.rs`'s computation, pinned here).
+
+#![cfg(target_arch = "wasm32")]
+
+use candle_core::quantized::GgmlDType;
+use router::gguf::Checkpoint;
+use router::model::{Backbone, KvCache, Precision};
+use router::synthetic::{self, SyntheticSpec};
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn spec() -> SyntheticSpec {
+    SyntheticSpec { vocab: 4096, ..SyntheticSpec::qwen3(GgmlDType::Q8_0) }
+}
+
+#[wasm_bindgen_test]
+fn forward_in_wasm_matches_native_and_continues_from_its_cache() {
+    let gguf = synthetic::write(&spec()).unwrap();
+    let ck = Checkpoint::parse(&gguf, "synthetic.gguf").unwrap();
+    let model = Backbone::load(&ck, Precision::DequantizedF32).unwrap();
+    let ids: Vec<u32> = (0..16).map(|i| 7 + i * 251).collect();
+    let hidden = model.forward(&ids, &mut KvCache::default()).unwrap();
+    let mean = hidden.mean(0).unwrap().to_vec1::<f32>().unwrap();
+    let expected = include!("fixtures/synthetic_mean_head.rs");
+    for (i, (a, b)) in mean.iter().zip(expected.iter()).enumerate() {
+        assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "dim {i}: wasm {a} vs native {b}");
+    }
+    let mut cache = KvCache::default();
+    model.forward(&ids[..9], &mut cache).unwrap();
+    let rest = model.forward(&ids[9..], &mut cache).unwrap().to_vec2::<f32>().unwrap();
+    let whole = hidden.to_vec2::<f32>().unwrap();
+    for (a, b) in rest[6].iter().zip(&whole[15]) {
+        assert!((a - b).abs() < 1e-3, "continued {a} vs whole {b}");
+    }
+}
+
+#[wasm_bindgen_test]
+fn corrupt_bytes_are_errors_in_wasm_too() {
+    let gguf = synthetic::write(&spec()).unwrap();
+    for cut in [3, 64, gguf.len() / 3] {
+        let err = Checkpoint::parse(&gguf[..cut], "cut.gguf").err().expect("must fail").to_string();
+        assert!(err.starts_with("cut.gguf: not a valid GGUF checkpoint"), "{err}");
+    }
+}
