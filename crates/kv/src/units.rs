@@ -34,14 +34,7 @@ fn binary_ratio(numerator: u128, denominator: u128) -> String {
         Some(d) => (numerator, d),
         None => (numerator >> shift, denominator),
     };
-    let whole = num / den;
-    let rest = num % den;
-    let hundredths = match rest.checked_mul(100) {
-        Some(r) => round_div(r, den),
-        None => rest / (den / 100),
-    };
-    let total = whole * 100 + hundredths;
-    format!("{}.{:02} {}", group_digits(total / 100), total % 100, UNITS[unit])
+    format!("{} {}", decimal_ratio(num, den), UNITS[unit])
 }
 
 /// `a / b` rounded half-up, without the `a + b/2` that can overflow.

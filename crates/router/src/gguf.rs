@@ -153,6 +153,27 @@ pub fn validate(bytes: &[u8], file: &str) -> Result<()> {
     Ok(())
 }
 
+/// The llama.cpp spelling of a tensor type, e.g. `Q4_1`, `Q6_K`.
+pub fn ggml_name(dtype: GgmlDType) -> &'static str {
+    match dtype {
+        GgmlDType::F32 => "F32",
+        GgmlDType::F16 => "F16",
+        GgmlDType::BF16 => "BF16",
+        GgmlDType::Q4_0 => "Q4_0",
+        GgmlDType::Q4_1 => "Q4_1",
+        GgmlDType::Q5_0 => "Q5_0",
+        GgmlDType::Q5_1 => "Q5_1",
+        GgmlDType::Q8_0 => "Q8_0",
+        GgmlDType::Q8_1 => "Q8_1",
+        GgmlDType::Q2K => "Q2_K",
+        GgmlDType::Q3K => "Q3_K",
+        GgmlDType::Q4K => "Q4_K",
+        GgmlDType::Q5K => "Q5_K",
+        GgmlDType::Q6K => "Q6_K",
+        GgmlDType::Q8K => "Q8_K",
+    }
+}
+
 /// Which forward pass a checkpoint needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -207,23 +228,18 @@ impl<'a> Checkpoint<'a> {
         let content =
             Content::read(&mut Cursor::new(bytes)).map_err(|e| RouterError::Gguf { file: file.to_string(), reason: e.to_string() })?;
         let hparams = read_hparams(&content, file)?;
-        let mut counts: Vec<(String, usize)> = Vec::new();
+        let mut counts: Vec<(&'static str, usize)> = Vec::new();
         for info in content.tensor_infos.values() {
             if info.shape.rank() == 2 {
-                let name = format!("{:?}", info.ggml_dtype)
-                    .replace("Q4K", "Q4_K")
-                    .replace("Q6K", "Q6_K")
-                    .replace("Q5K", "Q5_K")
-                    .replace("Q3K", "Q3_K")
-                    .replace("Q2K", "Q2_K");
+                let name = ggml_name(info.ggml_dtype);
                 match counts.iter_mut().find(|(n, _)| *n == name) {
                     Some((_, c)) => *c += 1,
                     None => counts.push((name, 1)),
                 }
             }
         }
-        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let weight_type = counts.first().map(|c| c.0.clone()).unwrap_or_else(|| "unknown".into());
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let weight_type = counts.first().map(|c| c.0).unwrap_or("unknown").to_string();
         Ok(Checkpoint { file: file.to_string(), bytes, content, hparams, id: checkpoint_id(bytes), weight_type })
     }
 
@@ -248,8 +264,8 @@ impl<'a> Checkpoint<'a> {
         self.content.metadata.get(key)
     }
 
-    /// Checks a tensor's shape (GGUF order: innermost dimension first as
-    /// candle reports it, i.e. `[rows, cols]` of the PyTorch weight).
+    /// Checks a tensor's shape, in the PyTorch order candle reports
+    /// (`[rows, cols]`; GGUF itself stores the innermost dimension first).
     pub fn expect_shape(&self, name: &str, want: &[usize]) -> Result<()> {
         let info = self.content.tensor_infos.get(name).ok_or_else(|| RouterError::Tensor {
             file: self.file.clone(),

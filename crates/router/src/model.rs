@@ -36,7 +36,7 @@ struct Linear(QMatMul);
 
 impl Linear {
     fn load(ck: &Checkpoint, name: &str, rows: usize, cols: usize, precision: Precision) -> Result<Linear> {
-        // GGUF lists dimensions innermost first: [cols, rows] of the PyTorch weight.
+        // candle reports GGUF shapes in PyTorch order: [out (rows), in (cols)].
         ck.expect_shape(name, &[rows, cols])?;
         let q = ck.tensor(name)?;
         let m = match precision {
