@@ -32,12 +32,18 @@ if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WBG_VERSION" ]; t
   cargo install wasm-bindgen-cli --version "$WBG_VERSION"
 fi
 
-# Debian's Chromium and ChromeDriver for the browser tests.
-if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
-  say "installing chromium and chromium-driver from Debian"
+# From Debian: Chromium and ChromeDriver for the browser tests, and Node.js,
+# npm and pip where the machine lacks them.
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
+command -v npm >/dev/null || missing+=(nodejs npm)
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing from Debian: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
 # npm packages, exactly as locked: a current binaryen (Debian's wasm-opt 108
