@@ -246,6 +246,12 @@ fn scale_bits_per_token(group: &LayerRun, scale: Option<ScaleOverhead>) -> u128 
     }
 }
 
+/// Bits one token costs across `groups` (payload, plus scales when given).
+/// Cannot overflow: layers ≤ 2^32, elements ≤ 2^65, bits ≤ 32.
+fn bits_per_token<'a>(groups: impl Iterator<Item = &'a LayerRun>, dtype_bits: u128, scale: Option<ScaleOverhead>) -> u128 {
+    groups.map(|g| g.count as u128 * (g.elements_per_token() * dtype_bits + scale_bits_per_token(g, scale))).sum()
+}
+
 fn group_label(g: &LayerRun, plain_heads: u32) -> String {
     let heads = if g.kv_heads != plain_heads { format!(" · {} KV heads", g.kv_heads) } else { String::new() };
     match g.kind {
@@ -306,11 +312,7 @@ fn breakdown(groups: &[LayerRun], inputs: &Inputs, counting: Counting) -> Result
         // window moves past the prefix, so those layers are not counted as
         // shared (conservative).
         let shared_tokens = counting.shared(p.tokens);
-        let per_token: u128 = groups
-            .iter()
-            .filter(|g| !matches!(g.kind, LayerKind::Sliding { .. }))
-            .map(|g| g.count as u128 * (g.elements_per_token() * dtype_bits + scale_bits_per_token(g, inputs.scale)))
-            .sum();
+        let per_token = bits_per_token(groups.iter().filter(|g| !matches!(g.kind, LayerKind::Sliding { .. })), dtype_bits, inputs.scale);
         let saving = mul(&[(p.sequences - 1) as u128, shared_tokens, per_token], "prefix saving")?;
         let saving = saving.min(total);
         total -= saving;
@@ -365,7 +367,7 @@ fn per_gpu_groups(groups: &[LayerRun], tp: u32) -> Result<(Vec<LayerRun>, Vec<Pl
     Ok((out, placements))
 }
 
-fn plain_formula(inputs: &Inputs) -> Result<(String, u128), KvError> {
+fn plain_formula(inputs: &Inputs, total_tokens: u128) -> Result<(String, u128), KvError> {
     let m = &inputs.model;
     let seq_text = match inputs.seqs.as_slice() {
         [one] => format!("{} × {}", one.value, one.count),
@@ -377,7 +379,6 @@ fn plain_formula(inputs: &Inputs) -> Result<(String, u128), KvError> {
                 .join(" + ")
         ),
     };
-    let total_tokens = inputs.seqs.iter().try_fold(0u128, |acc, r| add(acc, mul(&[r.value as u128, r.count as u128], "ΣTᵢ")?, "ΣTᵢ"))?;
     let bits = mul(
         &[2, m.layers as u128, m.kv_heads as u128, m.head_dim as u128, inputs.kv_dtype.bits() as u128, total_tokens],
         "2 × L × H_kv × d_head × b × ΣTᵢ",
@@ -396,13 +397,11 @@ fn plain_formula(inputs: &Inputs) -> Result<(String, u128), KvError> {
 /// Computes every figure. Errors are overflow or an impossible TP split.
 pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
     let groups = inputs.model.groups();
-    let (formula, formula_bits) = plain_formula(inputs)?;
+    let total_tokens = inputs.seqs.iter().try_fold(0u128, |acc, r| add(acc, mul(&[r.value as u128, r.count as u128], "ΣTᵢ")?, "ΣTᵢ"))?;
+    let (formula, formula_bits) = plain_formula(inputs, total_tokens)?;
     let sequences = total_count(&inputs.seqs);
-    let total_tokens = inputs.seqs.iter().map(|r| r.value as u128 * r.count as u128).sum::<u128>();
     let dtype_bits = inputs.kv_dtype.bits() as u128;
-    let per_token_bits = groups.iter().try_fold(0u128, |acc, g| {
-        add(acc, mul(&[g.count as u128, g.elements_per_token(), dtype_bits], "per-token bytes")?, "per-token bytes")
-    })?;
+    let per_token_bits = bits_per_token(groups.iter(), dtype_bits, None);
 
     let logical = breakdown(&groups, inputs, Counting::Logical)?;
     let block = inputs.block.max(1);
@@ -425,8 +424,7 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
 
     // One token held in every layer of one GPU, with scales and page
     // rounding ignored: the marginal cost the budget is divided by.
-    let gpu_token_bits: u128 =
-        gpu_groups.iter().map(|g| g.count as u128 * (g.elements_per_token() * dtype_bits + scale_bits_per_token(g, inputs.scale))).sum();
+    let gpu_token_bits = bits_per_token(gpu_groups.iter(), dtype_bits, inputs.scale);
 
     let budget = match inputs.budget {
         Some(b) => Some(invert_budget(b, tp, per_gpu_allocated.total_bits, gpu_token_bits, sequences)?),

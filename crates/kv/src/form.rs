@@ -10,7 +10,7 @@ use crate::calc::{GpuBudget, Inputs, PrefixSharing, ScaleOverhead};
 use crate::dtype::Dtype;
 use crate::error::FieldError;
 use crate::model::{KindTag, LayerSpec, ModelShape};
-use crate::runs::{self, parse_runs, Run};
+use crate::runs::{self, parse_runs};
 use crate::units;
 
 /// One input of the calculator: its URL name, label and default text.
@@ -330,11 +330,6 @@ fn at_least<T: PartialOrd + std::fmt::Display>(v: T, min: T) -> Result<T, String
     } else {
         Ok(v)
     }
-}
-
-/// Renders sequence runs canonically (`8192x4`).
-pub fn format_seqs(seqs: &[Run<u64>]) -> String {
-    runs::format_runs(seqs, |v| v.to_string())
 }
 
 /// Percent-encodes a query value. Characters that read well and mean nothing

@@ -58,8 +58,4 @@ impl Conversation {
         }
         text
     }
-
-    pub fn characters(&self) -> usize {
-        self.messages.iter().map(|m| m.content.chars().count()).sum()
-    }
 }

@@ -255,11 +255,6 @@ impl<'a> Checkpoint<'a> {
         })
     }
 
-    /// Whether a tensor is present.
-    pub fn has(&self, name: &str) -> bool {
-        self.content.tensor_infos.contains_key(name)
-    }
-
     pub fn metadata(&self, key: &str) -> Option<&Value> {
         self.content.metadata.get(key)
     }
@@ -280,11 +275,6 @@ impl<'a> Checkpoint<'a> {
             });
         }
         Ok(())
-    }
-
-    /// Weights stored in a type we would dequantize to compute with.
-    pub fn is_float(&self, name: &str) -> bool {
-        self.content.tensor_infos.get(name).is_some_and(|i| matches!(i.ggml_dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16))
     }
 }
 

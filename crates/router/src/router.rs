@@ -118,8 +118,9 @@ pub struct Router {
     pub checkpoint_id: String,
     pub weight_type: String,
     pub load_timings: LoadTimings,
-    /// One L2-normalised vector per candidate, in pool order.
-    descriptors: Vec<Vec<f32>>,
+    /// One L2-normalised vector per candidate, in pool order, stacked row by
+    /// row into one `[candidates × hidden]` matrix once per pool load.
+    descriptor_matrix: Vec<f32>,
 }
 
 fn ms(since: Instant) -> f64 {
@@ -151,10 +152,11 @@ impl Router {
             checkpoint_id: checkpoint.id.clone(),
             weight_type: checkpoint.weight_type.clone(),
             load_timings: LoadTimings { weights_ms, tokenizer_ms, descriptors_ms: 0.0 },
-            descriptors: Vec::new(),
+            descriptor_matrix: Vec::new(),
         };
         let started = Instant::now();
-        router.descriptors = router.pool.candidates.iter().map(|c| router.embed_text(&c.descriptor)).collect::<Result<_>>()?;
+        let rows = router.pool.candidates.iter().map(|c| router.embed_text(&c.descriptor)).collect::<Result<Vec<_>>>()?;
+        router.descriptor_matrix = rows.concat();
         router.load_timings.descriptors_ms = ms(started);
         Ok(router)
     }
@@ -184,9 +186,12 @@ impl Router {
         let query = self.backbone.embed(kept)?;
         t.prefill_ms = ms(started);
 
+        // The stacked matrix is built once per pool load; per call this stage
+        // only takes it and checks it fits the query.
         let started = Instant::now();
         let hidden = query.len();
-        let matrix: Vec<f32> = self.descriptors.iter().flat_map(|d| d.iter().copied()).collect();
+        let matrix = self.descriptor_matrix.as_slice();
+        debug_assert_eq!(matrix.len(), hidden * self.pool.candidates.len());
         t.stack_ms = ms(started);
 
         let started = Instant::now();
