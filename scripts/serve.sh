@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 source scripts/env.sh
 PORT="${PORT:-8080}"
-trunk build --release
+scripts/build-site.sh
 echo
-echo "Workbench: http://127.0.0.1:$PORT/   (widget: http://127.0.0.1:$PORT/?embed=kv)"
+echo "Calculator: http://127.0.0.1:$PORT/   widget: http://127.0.0.1:$PORT/?embed=kv   router page: http://127.0.0.1:$PORT/router/"
 echo
-exec trunk serve --release --port "$PORT" --no-autoreload
+exec node tools/static-server.mjs pkg "$PORT"

@@ -14,7 +14,7 @@ step "clippy (native)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "clippy (wasm32, std::time::Instant banned)"
-CLIPPY_CONF_DIR=scripts/clippy_wasm cargo clippy --target wasm32-unknown-unknown -p workbench -p kv -p router --all-targets -- -D warnings
+CLIPPY_CONF_DIR=scripts/clippy_wasm cargo clippy --target wasm32-unknown-unknown -p workbench -p kv -p router -p bench -p wire -p router-worker --all-targets -- -D warnings
 
 step "native tests (unit, property, CLI, router against llama.cpp, bench-decide)"
 cargo test --workspace
@@ -23,8 +23,8 @@ step "wasm tests in headless Chromium (page bindings; the router core)"
 cargo test --target wasm32-unknown-unknown -p workbench --test web
 cargo test --target wasm32-unknown-unknown -p router --test wasm
 
-step "release build of the site (trunk)"
-trunk build --release
+step "release build of the site (trunk: calculator, then router page + worker)"
+scripts/build-site.sh
 
 step "end-to-end tests in headless Chromium"
 npm --prefix tests/e2e test

@@ -51,3 +51,47 @@ pub async fn read_file_text(file: web_sys::File) -> Result<String, String> {
     let text = wasm_bindgen_futures::JsFuture::from(file.text()).await.map_err(|_| format!("could not read {}", file.name()))?;
     text.as_string().ok_or_else(|| format!("{} is not text", file.name()))
 }
+
+/// The current `location.hash`, without the `#`.
+pub fn current_fragment() -> String {
+    web_sys::window().and_then(|w| w.location().hash().ok()).unwrap_or_default().trim_start_matches('#').to_string()
+}
+
+/// Replaces the fragment without a history entry (the query is kept).
+pub fn replace_fragment(fragment: &str) {
+    let Some(w) = web_sys::window() else { return };
+    let search = w.location().search().unwrap_or_default();
+    let path = w.location().pathname().unwrap_or_default();
+    if let Ok(history) = w.history() {
+        let _ = history.replace_state_with_url(&JsValue::NULL, "", Some(&format!("{path}{search}#{fragment}")));
+    }
+}
+
+/// The full address of this page with `fragment`, for share links.
+pub fn link_with_fragment(fragment: &str) -> String {
+    let Some(w) = web_sys::window() else { return format!("#{fragment}") };
+    format!("{}{}#{fragment}", page_base(), w.location().search().unwrap_or_default())
+}
+
+/// Offers `text` as a file download.
+pub fn download_text(file_name: &str, text: &str, mime: &str) -> Result<(), String> {
+    let document = web_sys::window().and_then(|w| w.document()).ok_or("no document")?;
+    let parts = js_sys::Array::of1(&JsValue::from_str(text));
+    let options = web_sys::BlobPropertyBag::new();
+    options.set_type(mime);
+    let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options).map_err(|e| format!("{e:?}"))?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|e| format!("{e:?}"))?;
+    let anchor: web_sys::HtmlAnchorElement = document.create_element("a").map_err(|e| format!("{e:?}"))?.unchecked_into();
+    anchor.set_href(&url);
+    anchor.set_download(file_name);
+    anchor.click();
+    let _ = web_sys::Url::revoke_object_url(&url);
+    Ok(())
+}
+
+/// Navigates to a relative address, replacing this history entry.
+pub fn go_to(relative: &str) {
+    if let Some(w) = web_sys::window() {
+        let _ = w.location().replace(relative);
+    }
+}

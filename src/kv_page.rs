@@ -58,6 +58,9 @@ pub fn KvPage() -> impl IntoView {
     view! {
         <main class="kv" class:embed=embed>
             <header class="page-head">
+                {(!embed).then(|| view! {
+                    <p class="crumbs"><a href="router/" data-testid="to-router">"Router decide latency in this browser →"</a></p>
+                })}
                 <h1>"KV-cache capacity"</h1>
                 <p class="lede">
                     "B" <sub>"KV"</sub> " = 2 × L × H" <sub>"kv"</sub> " × d" <sub>"head"</sub>

@@ -1,19 +1,31 @@
-//! The workbench web app: a Leptos (CSR) shell over the pure `kv` crate.
+//! The workbench web app (UI thread): Leptos (CSR) shells over pure crates.
 //!
-//! `main.rs` only mounts [`App`]. The page reads its state from the URL query,
-//! binds every input to a [`kv::Form`], and prints what [`kv::evaluate`]
-//! returns. No arithmetic lives here: the page shows what the pure crate
-//! computes, so the command line twin prints the same numbers.
+//! Two pages, two bundles. The calculator (`index.html`, bin `workbench`)
+//! mounts [`App`]: it binds its inputs to a [`kv::Form`] in the URL query and
+//! prints what [`kv::evaluate`] returns. The router page
+//! (`router/index.html`, bin `router-page`) mounts [`RouterPage`]: it binds a
+//! [`bench::page::RouterForm`] to the URL fragment and talks to the router
+//! worker (`crates/router-worker`), the only place the model runs. This crate
+//! links no candle, and the calculator's bundle holds no router page code.
 
 pub mod browser;
 pub mod kv_page;
+pub mod report_view;
+pub mod router_page;
+pub mod worker_client;
 
 use leptos::prelude::*;
 
 pub use kv_page::KvPage;
+pub use router_page::RouterPage;
 
-/// The whole app. `?embed=kv` renders the compact widget for an iframe.
+/// The calculator. `?embed=kv` renders the compact widget; an old-style
+/// `#router…` address is forwarded to the router page, fragment and all.
 #[component]
 pub fn App() -> impl IntoView {
+    let fragment = browser::current_fragment();
+    if bench::page::is_router_fragment(&fragment) {
+        browser::go_to(&format!("router/#{fragment}"));
+    }
     view! { <KvPage/> }
 }

@@ -10,18 +10,18 @@
 //! to the `router` and `bench` crates, which do the work the browser bench
 //! does too.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use bench::report::{Environment, ProtocolRecord, Provenance, Report, SCHEMA};
 use bench::Protocol;
+use bench_cli::{
+    cpu_model, git_revision, load_router, max_tokens_from_env, precision, prompt_texts, Loaded, DEFAULT_CHECKPOINT, DEFAULT_POOL,
+    DEFAULT_PROMPTS,
+};
 use clap::Parser;
-use router::{Precision, Router, RouterAssets, RouterConfig};
-
-const DEFAULT_CHECKPOINT: &str = "assets/SmolLM2-135M-Instruct.Q4_1.gguf";
-const DEFAULT_POOL: &str = "configs/pool.coderouterbench.yaml";
-const DEFAULT_PROMPTS: &str = "data/coderouterbench/ood176_sample.jsonl";
+use router::RouterConfig;
 
 /// Times the router's complete decision: weight load, tokenizer init, the first
 /// (cold) call per prompt length, warm-ups, then timed iterations.
@@ -74,119 +74,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("{what} {}", path.display()))
-}
-
-/// A GGUF path, or the single `.gguf` in a folder; plus a tokenizer.json beside it if present.
-fn resolve_checkpoint(path: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
-    if path.is_dir() {
-        let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
-            .with_context(|| format!("--checkpoint {}", path.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
-            .collect();
-        let [one] = ggufs.as_slice() else {
-            bail!("--checkpoint {}: expected exactly one .gguf file in the folder, found {}", path.display(), ggufs.len())
-        };
-        let tok = path.join("tokenizer.json");
-        return Ok((one.clone(), tok.is_file().then_some(tok)));
-    }
-    Ok((path.to_path_buf(), None))
-}
-
-fn prompt_texts(path: &Path) -> Result<Vec<String>> {
-    let text = String::from_utf8(read(path, "--prompts")?).with_context(|| format!("--prompts {}: not UTF-8", path.display()))?;
-    let is_jsonl = path.extension().is_some_and(|x| x == "jsonl");
-    let texts: Vec<String> = if is_jsonl {
-        text.lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                let v: serde_json::Value =
-                    serde_json::from_str(l).with_context(|| format!("--prompts {} line {}: not JSON", path.display(), i + 1))?;
-                v["prompt"]
-                    .as_str()
-                    .map(str::to_string)
-                    .with_context(|| format!("--prompts {} line {}: no string field `prompt`", path.display(), i + 1))
-            })
-            .collect::<Result<_>>()?
-    } else {
-        text.split("\n\n").map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
-    };
-    if texts.is_empty() {
-        bail!("--prompts {}: no prompts", path.display());
-    }
-    Ok(texts)
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()))
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
-}
-
-fn git_revision() -> String {
-    let out = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output();
-    let rev = out
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
-    let dirty = std::process::Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .output()
-        .ok()
-        .is_some_and(|o| !o.stdout.is_empty());
-    if dirty {
-        format!("{rev}-dirty")
-    } else {
-        rev
-    }
-}
-
 fn run(args: Args) -> Result<()> {
     if args.device != "cpu" {
         bail!("--device {}: only `cpu` is available (the backbone runs on candle's CPU backend)", args.device);
     }
-    let precision = match args.precision.as_str() {
-        "f32" => Precision::DequantizedF32,
-        "quantized" => Precision::Quantized,
-        other => bail!("--precision {other}: use f32 or quantized"),
-    };
-    let max_tokens = match std::env::var("ENTHALPY_ROUTER_MAX_TOKENS") {
-        Ok(v) => v
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|n| *n > 0)
-            .with_context(|| format!("ENTHALPY_ROUTER_MAX_TOKENS={v}: not a positive whole number"))?,
-        Err(_) => router::router::DEFAULT_MAX_TOKENS,
-    };
+    let precision = precision(&args.precision)?;
+    let max_tokens = max_tokens_from_env()?;
     if args.lengths.is_empty() || args.lengths.contains(&0) {
         bail!("--lengths: give positive token counts, e.g. 15,256,1024");
     }
-    let (gguf_path, tokenizer_beside) = resolve_checkpoint(&args.checkpoint)?;
-    let tokenizer_path = args.tokenizer.clone().or(tokenizer_beside);
-    let gguf = read(&gguf_path, "--checkpoint")?;
-    let tokenizer = tokenizer_path.as_ref().map(|p| read(p, "--tokenizer")).transpose()?;
-    let pool = read(&args.pool, "--pool")?;
     let texts = prompt_texts(&args.prompts)?;
-
     let started_unix_ms = web_time::SystemTime::now().duration_since(web_time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let gguf_name = gguf_path.display().to_string();
-    let tok_name = tokenizer_path.as_ref().map(|p| p.display().to_string());
-    let pool_name = args.pool.display().to_string();
-    let assets = RouterAssets {
-        gguf: &gguf,
-        gguf_name: &gguf_name,
-        tokenizer_json: tokenizer.as_deref().zip(tok_name.as_deref()),
-        pool_yaml: &pool,
-        pool_name: &pool_name,
-    };
-    eprintln!("bench-decide: loading {gguf_name}");
-    let router = Router::load(&assets, RouterConfig { max_tokens, precision, ..RouterConfig::default() })?;
+    eprintln!("bench-decide: loading {}", args.checkpoint.display());
+    let Loaded { router, checkpoint_file } = load_router(
+        &args.checkpoint,
+        args.tokenizer.as_deref(),
+        &args.pool,
+        RouterConfig { max_tokens, precision, ..RouterConfig::default() },
+    )?;
     let prompts = args
         .lengths
         .iter()
@@ -212,19 +117,13 @@ fn run(args: Args) -> Result<()> {
     };
     let results = bench::run(&router, &prompts, &protocol, args.mode.as_deref(), &mut progress)?;
 
-    let h = &router.backbone.hparams;
-    let mut versions = std::collections::BTreeMap::new();
-    versions.insert("workbench".into(), env!("CARGO_PKG_VERSION").to_string());
-    versions.insert("candle-core".into(), "0.11.1".into());
-    versions.insert("tokenizers".into(), "0.23.1".into());
-    versions.insert("rustc".into(), env!("BENCH_RUSTC_VERSION").to_string());
     let report = Report {
         schema: SCHEMA.into(),
         environment: Environment {
             runtime: "native".into(),
             target: env!("BENCH_TARGET").into(),
             command_line: std::env::args().collect(),
-            versions,
+            versions: bench::report::component_versions(env!("BENCH_RUSTC_VERSION")),
             git_revision: git_revision(),
             cpu_model: cpu_model(),
             threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
@@ -232,22 +131,7 @@ fn run(args: Args) -> Result<()> {
             started_unix_ms,
             ..Environment::default()
         },
-        provenance: Provenance {
-            checkpoint_id: router.checkpoint_id.clone(),
-            checkpoint_file: gguf_name.clone(),
-            pool_id: router.pool.id.clone(),
-            pool_name: router.pool.name.clone(),
-            backbone: format!(
-                "{:?} ({} layers, hidden {}, {} heads / {} KV heads)",
-                h.architecture, h.layers, h.hidden, h.heads, h.kv_heads
-            )
-            .to_lowercase(),
-            precision: router.precision_label(),
-            device: "cpu".into(),
-            tokenizer: router.tokenizer.source.clone(),
-            candidates: router.pool.candidates.len(),
-            router_max_tokens: max_tokens,
-        },
+        provenance: Provenance::of(&router, &checkpoint_file),
         protocol: ProtocolRecord {
             lengths: args.lengths,
             warmup: args.warmup,

@@ -3,14 +3,25 @@
 //! then timed iterations summarised as p50, p95, min and max.
 //!
 //! The report schema is shared by the native `bench-decide` and the browser
-//! bench, so the two are compared on the same artefacts. The protocol and the
-//! statistics take a router and prompts; they do no I/O and read no clock
-//! but `web-time`'s.
+//! bench, so the two are compared on the same artefacts. So are the protocol
+//! ([`Session`]), the task prompts, the share-link codec, the router page's
+//! URL state and the figures the page draws. The crate does no I/O and reads
+//! no clock but `web-time`'s: callers pass text and bytes.
 
+pub mod figures;
+pub mod page;
+pub mod protocol;
 pub mod report;
+#[cfg(feature = "engine")]
 pub mod run;
+pub mod share;
 pub mod stats;
+pub mod tasks;
+#[cfg(test)]
+mod testing;
 
+pub use protocol::Protocol;
 pub use report::{Environment, LengthResult, Provenance, Report, SCHEMA};
-pub use run::{run, Progress, Protocol};
+#[cfg(feature = "engine")]
+pub use run::{run, Phase, Progress, Session, StepDone};
 pub use stats::Summary;

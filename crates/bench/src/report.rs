@@ -1,6 +1,8 @@
 //! The versioned latency report: environment, provenance, protocol, load
 //! timings and every raw sample, cold and warm kept apart.
 
+use std::collections::BTreeMap;
+
 use router::{LoadTimings, StageTimings};
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +20,7 @@ pub struct Environment {
     pub target: String,
     pub command_line: Vec<String>,
     /// Component versions: workbench, candle, tokenizers, rustc.
-    pub versions: std::collections::BTreeMap<String, String>,
+    pub versions: BTreeMap<String, String>,
     pub git_revision: String,
     pub cpu_model: String,
     /// Threads the compute may use.
@@ -99,7 +101,8 @@ pub struct Report {
     pub results: Vec<LengthResult>,
 }
 
-fn ms(v: f64) -> String {
+/// Milliseconds as the tables print them: `137 ms`, `42.5 ms`.
+pub fn format_ms(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0} ms")
     } else {
@@ -108,31 +111,71 @@ fn ms(v: f64) -> String {
 }
 
 fn group(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    kv::units::group_digits(n as u128)
 }
 
+/// The versions a report records; `rustc` comes from the caller's build script.
+pub fn component_versions(rustc: &str) -> BTreeMap<String, String> {
+    let mut versions = BTreeMap::new();
+    versions.insert("workbench".into(), env!("CARGO_PKG_VERSION").to_string());
+    versions.insert("candle-core".into(), CANDLE_VERSION.into());
+    versions.insert("tokenizers".into(), TOKENIZERS_VERSION.into());
+    versions.insert("rustc".into(), rustc.to_string());
+    versions
+}
+
+/// Kept equal to the workspace's pinned versions (Cargo.toml); a test checks it.
+pub const CANDLE_VERSION: &str = "0.11.1";
+pub const TOKENIZERS_VERSION: &str = "0.23.1";
+
+#[cfg(feature = "engine")]
+impl Provenance {
+    /// What a loaded router was built from. `checkpoint_file` is the name
+    /// the user knows the file by (a path natively, a file name in the page).
+    pub fn of(router: &router::Router, checkpoint_file: &str) -> Provenance {
+        let h = &router.backbone.hparams;
+        Provenance {
+            checkpoint_id: router.checkpoint_id.clone(),
+            checkpoint_file: checkpoint_file.to_string(),
+            pool_id: router.pool.id.clone(),
+            pool_name: router.pool.name.clone(),
+            backbone: format!(
+                "{:?} ({} layers, hidden {}, {} heads / {} KV heads)",
+                h.architecture, h.layers, h.hidden, h.heads, h.kv_heads
+            )
+            .to_lowercase(),
+            precision: router.precision_label(),
+            device: "cpu".into(),
+            tokenizer: router.tokenizer.source.clone(),
+            candidates: router.pool.candidates.len(),
+            router_max_tokens: router.config.max_tokens,
+        }
+    }
+}
+
+/// The columns of the field guide's latency table.
+pub const TABLE_HEADER: [&str; 6] = ["prompt tokens", "characters", "p50 (warm)", "p95 (warm)", "min–max (warm)", "first call (cold)"];
+
 impl Report {
+    /// The table's cells, one row per length, in [`TABLE_HEADER`] order.
+    pub fn rows(&self) -> Vec<[String; 6]> {
+        self.results
+            .iter()
+            .map(|r| {
+                let (p50, p95, range) = match &r.warm {
+                    Some(s) => (format_ms(s.p50), format_ms(s.p95), format!("{} – {}", format_ms(s.min), format_ms(s.max))),
+                    None => ("–".into(), "–".into(), "–".into()),
+                };
+                [group(r.prompt_tokens), group(r.characters), p50, p95, range, format_ms(r.cold_ms)]
+            })
+            .collect()
+    }
+
     /// The field guide's table: prompt tokens | characters | p50 warm | p95
     /// warm | min–max | first call cold.
     pub fn table(&self) -> String {
-        let mut rows = vec![["prompt tokens", "characters", "p50 (warm)", "p95 (warm)", "min–max (warm)", "first call (cold)"]
-            .map(String::from)
-            .to_vec()];
-        for r in &self.results {
-            let (p50, p95, range) = match &r.warm {
-                Some(s) => (ms(s.p50), ms(s.p95), format!("{} – {}", ms(s.min), ms(s.max))),
-                None => ("–".into(), "–".into(), "–".into()),
-            };
-            rows.push(vec![group(r.prompt_tokens), group(r.characters), p50, p95, range, ms(r.cold_ms)]);
-        }
+        let mut rows = vec![TABLE_HEADER.map(String::from)];
+        rows.extend(self.rows());
         let widths: Vec<usize> = (0..6).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
         rows.iter()
             .map(|r| r.iter().zip(&widths).map(|(cell, w)| format!("{cell:>w$}", w = w)).collect::<Vec<_>>().join(" | "))
@@ -156,9 +199,9 @@ impl Report {
             p.pool_id,
             self.environment.runtime,
             self.environment.target,
-            ms(self.load.weights_ms),
-            ms(self.load.tokenizer_ms),
-            ms(self.load.descriptors_ms),
+            format_ms(self.load.weights_ms),
+            format_ms(self.load.tokenizer_ms),
+            format_ms(self.load.descriptors_ms),
         )
     }
 
@@ -168,7 +211,12 @@ impl Report {
             .iter()
             .filter_map(|r| {
                 let (d, e) = (r.warm?, r.encode_and_score?);
-                Some(format!("{} tokens: decide p50 {} vs encode+scores p50 {}", group(r.prompt_tokens), ms(d.p50), ms(e.p50)))
+                Some(format!(
+                    "{} tokens: decide p50 {} vs encode+scores p50 {}",
+                    group(r.prompt_tokens),
+                    format_ms(d.p50),
+                    format_ms(e.p50)
+                ))
             })
             .collect::<Vec<_>>()
             .join("; ")

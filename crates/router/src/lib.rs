@@ -6,18 +6,37 @@
 //! tokenizer.json and a pool file, and get decisions with per-stage timings.
 //! It compiles natively and for wasm32; the one clock is `web-time`.
 
+//!
+//! Without the default `engine` feature only the plain data types remain
+//! (conversations, decisions, stage timings): the web page's UI thread uses
+//! those and so never compiles or links candle, which lives in the worker.
+
 pub mod conversation;
+pub mod decision;
+#[cfg(feature = "engine")]
 pub mod error;
+#[cfg(feature = "engine")]
 pub mod gguf;
+#[cfg(feature = "engine")]
 pub mod model;
+#[cfg(feature = "engine")]
 pub mod pool;
+#[cfg(feature = "engine")]
 pub mod prompts;
+#[cfg(feature = "engine")]
 pub mod router;
+#[cfg(feature = "engine")]
 pub mod synthetic;
+#[cfg(feature = "engine")]
 pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role};
+pub use decision::{Decision, LoadTimings, Ranked, Scores, StageTimings};
+#[cfg(feature = "engine")]
 pub use error::{Result, RouterError};
+#[cfg(feature = "engine")]
 pub use model::Precision;
+#[cfg(feature = "engine")]
 pub use pool::Pool;
-pub use router::{Decision, LoadTimings, Ranked, Router, RouterAssets, RouterConfig, Scores, StageTimings};
+#[cfg(feature = "engine")]
+pub use router::{Router, RouterAssets, RouterConfig};

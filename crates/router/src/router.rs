@@ -9,6 +9,8 @@
 use serde::{Deserialize, Serialize};
 use web_time::Instant;
 
+pub use crate::decision::{Decision, LoadTimings, Ranked, Scores, StageTimings};
+
 use crate::conversation::Conversation;
 use crate::error::{Result, RouterError};
 use crate::gguf::Checkpoint;
@@ -45,70 +47,6 @@ pub struct RouterAssets<'a> {
     pub pool_name: &'a str,
 }
 
-/// Load-time costs, timed apart from any decision.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoadTimings {
-    /// GGUF validation, parsing and weight preparation.
-    pub weights_ms: f64,
-    pub tokenizer_ms: f64,
-    /// Encoding every candidate descriptor once (per pool load).
-    pub descriptors_ms: f64,
-}
-
-/// Per-stage wall time of one call, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct StageTimings {
-    pub mode_ms: f64,
-    pub assemble_ms: f64,
-    pub tokenize_ms: f64,
-    pub truncate_ms: f64,
-    pub prefill_ms: f64,
-    pub stack_ms: f64,
-    pub score_ms: f64,
-    pub cost_ms: f64,
-    pub rank_ms: f64,
-    /// The whole call, end to end.
-    pub total_ms: f64,
-}
-
-/// One ranked candidate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Ranked {
-    pub id: String,
-    /// Softmax over candidates of cosine similarity / temperature.
-    pub score: f32,
-    pub cosine: f32,
-    pub estimated_cost_usd: f64,
-    /// `score − cost_weight × cost / (most expensive estimate)`.
-    pub utility: f64,
-}
-
-/// The answer of `decide`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Decision {
-    pub mode: String,
-    pub cost_weight: f64,
-    /// Best first.
-    pub ranked: Vec<Ranked>,
-    /// Tokens of the whole routing text.
-    pub tokens_total: usize,
-    /// Tokens prefilled (after truncation).
-    pub tokens_used: usize,
-    pub truncated: bool,
-    pub timings: StageTimings,
-}
-
-/// The scores `encode_and_score` returns, in pool order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Scores {
-    pub scores: Vec<f32>,
-    pub cosines: Vec<f32>,
-    pub tokens_total: usize,
-    pub tokens_used: usize,
-    pub truncated: bool,
-    pub timings: StageTimings,
-}
-
 /// A loaded router: backbone, tokenizer, pool and the cached descriptor vectors.
 pub struct Router {
     pub backbone: Backbone,
@@ -130,11 +68,20 @@ fn ms(since: Instant) -> f64 {
 impl Router {
     /// Loads everything, timing weights, tokenizer and descriptors apart.
     pub fn load(assets: &RouterAssets, config: RouterConfig) -> Result<Router> {
+        Router::load_with_progress(assets, config, &mut |_, _, _| {})
+    }
+
+    /// [`Router::load`], calling `progress(stage, done, total)` before each
+    /// step (`weights`, `tokenizer`, then `descriptors` once per candidate),
+    /// so a page can say what a long load is doing.
+    pub fn load_with_progress(assets: &RouterAssets, config: RouterConfig, progress: &mut dyn FnMut(&str, usize, usize)) -> Result<Router> {
+        progress("weights", 0, 1);
         let started = Instant::now();
         let checkpoint = Checkpoint::parse(assets.gguf, assets.gguf_name)?;
         let backbone = Backbone::load(&checkpoint, config.precision)?;
         let weights_ms = ms(started);
 
+        progress("tokenizer", 0, 1);
         let started = Instant::now();
         let tokenizer = match assets.tokenizer_json {
             Some((bytes, name)) => RouterTokenizer::from_json(bytes, name)?,
@@ -155,7 +102,12 @@ impl Router {
             descriptor_matrix: Vec::new(),
         };
         let started = Instant::now();
-        let rows = router.pool.candidates.iter().map(|c| router.embed_text(&c.descriptor)).collect::<Result<Vec<_>>>()?;
+        let count = router.pool.candidates.len();
+        let mut rows = Vec::with_capacity(count);
+        for (i, candidate) in router.pool.candidates.iter().enumerate() {
+            progress("descriptors", i, count);
+            rows.push(router.embed_text(&candidate.descriptor)?);
+        }
         router.descriptor_matrix = rows.concat();
         router.load_timings.descriptors_ms = ms(started);
         Ok(router)

@@ -1,0 +1,115 @@
+//! The file-system side of the native tools: finding and reading the
+//! checkpoint, tokenizer, pool and prompt files, and describing the machine.
+//! The binaries (`bench-decide`, `router-decide`) parse arguments and call
+//! these, then hand bytes to the `router` and `bench` crates.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use router::{Precision, Router, RouterAssets, RouterConfig};
+
+pub const DEFAULT_CHECKPOINT: &str = "assets/SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const DEFAULT_POOL: &str = "configs/pool.coderouterbench.yaml";
+pub const DEFAULT_PROMPTS: &str = "data/coderouterbench/ood176_sample.jsonl";
+
+pub fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("{what} {}", path.display()))
+}
+
+/// A GGUF path, or the single `.gguf` in a folder; plus a tokenizer.json beside it if present.
+pub fn resolve_checkpoint(path: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
+    if path.is_dir() {
+        let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+            .with_context(|| format!("--checkpoint {}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+            .collect();
+        let [one] = ggufs.as_slice() else {
+            bail!("--checkpoint {}: expected exactly one .gguf file in the folder, found {}", path.display(), ggufs.len())
+        };
+        let tok = path.join("tokenizer.json");
+        return Ok((one.clone(), tok.is_file().then_some(tok)));
+    }
+    Ok((path.to_path_buf(), None))
+}
+
+pub fn prompt_texts(path: &Path) -> Result<Vec<String>> {
+    let text = String::from_utf8(read(path, "--prompts")?).with_context(|| format!("--prompts {}: not UTF-8", path.display()))?;
+    let is_jsonl = path.extension().is_some_and(|x| x == "jsonl");
+    bench::tasks::prompt_texts(&text, &format!("--prompts {}", path.display()), is_jsonl).map_err(anyhow::Error::msg)
+}
+
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+pub fn git_revision() -> String {
+    let out = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output();
+    let rev = out
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let dirty = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .ok()
+        .is_some_and(|o| !o.stdout.is_empty());
+    if dirty {
+        format!("{rev}-dirty")
+    } else {
+        rev
+    }
+}
+
+/// `f32` or `quantized`, as the flag spells it.
+pub fn precision(flag: &str) -> Result<Precision> {
+    match flag {
+        "f32" => Ok(Precision::DequantizedF32),
+        "quantized" => Ok(Precision::Quantized),
+        other => bail!("--precision {other}: use f32 or quantized"),
+    }
+}
+
+/// `router_max_tokens`: ENTHALPY_ROUTER_MAX_TOKENS, else the default.
+pub fn max_tokens_from_env() -> Result<usize> {
+    match std::env::var("ENTHALPY_ROUTER_MAX_TOKENS") {
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .with_context(|| format!("ENTHALPY_ROUTER_MAX_TOKENS={v}: not a positive whole number")),
+        Err(_) => Ok(router::router::DEFAULT_MAX_TOKENS),
+    }
+}
+
+/// A loaded router and the checkpoint file's name as given.
+pub struct Loaded {
+    pub router: Router,
+    pub checkpoint_file: String,
+}
+
+/// Reads the files and loads the router from their bytes.
+pub fn load_router(checkpoint: &Path, tokenizer: Option<&Path>, pool: &Path, config: RouterConfig) -> Result<Loaded> {
+    let (gguf_path, tokenizer_beside) = resolve_checkpoint(checkpoint)?;
+    let tokenizer_path = tokenizer.map(Path::to_path_buf).or(tokenizer_beside);
+    let gguf = read(&gguf_path, "--checkpoint")?;
+    let tokenizer = tokenizer_path.as_ref().map(|p| read(p, "--tokenizer")).transpose()?;
+    let pool_bytes = read(pool, "--pool")?;
+    let gguf_name = gguf_path.display().to_string();
+    let tok_name = tokenizer_path.as_ref().map(|p| p.display().to_string());
+    let pool_name = pool.display().to_string();
+    let assets = RouterAssets {
+        gguf: &gguf,
+        gguf_name: &gguf_name,
+        tokenizer_json: tokenizer.as_deref().zip(tok_name.as_deref()),
+        pool_yaml: &pool_bytes,
+        pool_name: &pool_name,
+    };
+    let router = Router::load(&assets, config)?;
+    Ok(Loaded { router, checkpoint_file: gguf_name })
+}

@@ -1,0 +1,213 @@
+//! The router page's state in the URL fragment: `#router&mode=economy&…`.
+//!
+//! Like the calculator's query codec, it keeps exactly what the user typed,
+//! valid or not, so a reload restores every keystroke and an invalid field is
+//! named next to its input. A shared result travels as `result=r1.…` (see
+//! [`crate::share`]); the fragment never reaches a server.
+
+use kv::form::{percent_decode, percent_encode};
+
+use crate::protocol::Protocol;
+
+/// The page's name in the fragment.
+pub const PAGE: &str = "router";
+
+/// What the router page's inputs hold, as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterForm {
+    /// Empty: the pool's default mode.
+    pub mode: String,
+    pub system: String,
+    pub user: String,
+    pub iterations: String,
+    pub warmup: String,
+    pub lengths: String,
+    /// A shared result (`r1.…`), shown read-only instead of the live bench.
+    pub result: Option<String>,
+}
+
+impl Default for RouterForm {
+    fn default() -> Self {
+        RouterForm {
+            mode: String::new(),
+            system: String::new(),
+            user: String::new(),
+            iterations: "25".into(),
+            warmup: "5".into(),
+            lengths: "15,256,1024".into(),
+            result: None,
+        }
+    }
+}
+
+/// One invalid input: its fragment name and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldProblem {
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// The most calls a page run may ask for per length: a typo must not queue
+/// hours of work.
+pub const MAX_ITERATIONS: usize = 1000;
+pub const MAX_WARMUP: usize = 100;
+pub const MAX_LENGTH: usize = 8192;
+pub const MAX_LENGTHS: usize = 8;
+
+/// Whether a fragment addresses the router page (`#router`, `#router&…`).
+pub fn is_router_fragment(fragment: &str) -> bool {
+    let f = fragment.trim_start_matches('#');
+    f == PAGE || f.starts_with("router&")
+}
+
+impl RouterForm {
+    /// Reads a fragment (with or without `#`). Unknown keys are reported, and
+    /// everything else is kept.
+    pub fn from_fragment(fragment: &str) -> (RouterForm, Vec<String>) {
+        let mut form = RouterForm::default();
+        let mut unknown = Vec::new();
+        let f = fragment.trim_start_matches('#');
+        for pair in f.split('&').skip(1).filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_decode(value);
+            match key {
+                "mode" => form.mode = value,
+                "system" => form.system = value,
+                "user" => form.user = value,
+                "iters" => form.iterations = value,
+                "warmup" => form.warmup = value,
+                "lengths" => form.lengths = value,
+                "result" => form.result = Some(value),
+                other => unknown.push(format!("unknown parameter `{}` in the link (ignored)", percent_decode(other))),
+            }
+        }
+        (form, unknown)
+    }
+
+    /// The fragment (without `#`); fields at their defaults are left out.
+    pub fn to_fragment(&self) -> String {
+        let default = RouterForm::default();
+        let mut out = String::from(PAGE);
+        if let Some(result) = &self.result {
+            out.push_str("&result=");
+            out.push_str(&percent_encode(result));
+            return out;
+        }
+        for (key, value, default) in [
+            ("mode", &self.mode, &default.mode),
+            ("system", &self.system, &default.system),
+            ("user", &self.user, &default.user),
+            ("iters", &self.iterations, &default.iterations),
+            ("warmup", &self.warmup, &default.warmup),
+            ("lengths", &self.lengths, &default.lengths),
+        ] {
+            if value != default {
+                out.push('&');
+                out.push_str(key);
+                out.push('=');
+                out.push_str(&percent_encode(value));
+            }
+        }
+        out
+    }
+
+    /// The bench protocol these inputs ask for, or one problem per bad field.
+    /// `encode_iterations` follows `iterations`, as in bench-decide.
+    pub fn protocol(&self) -> Result<Protocol, Vec<FieldProblem>> {
+        let mut problems = Vec::new();
+        let iterations =
+            count(&self.iterations, 1, MAX_ITERATIONS).map_err(|m| problems.push(FieldProblem { field: "iters", message: m })).ok();
+        let warmup = count(&self.warmup, 0, MAX_WARMUP).map_err(|m| problems.push(FieldProblem { field: "warmup", message: m })).ok();
+        let lengths = parse_lengths(&self.lengths).map_err(|m| problems.push(FieldProblem { field: "lengths", message: m })).ok();
+        match (iterations, warmup, lengths) {
+            (Some(iterations), Some(warmup), Some(lengths)) => Ok(Protocol { lengths, warmup, iterations, encode_iterations: iterations }),
+            _ => Err(problems),
+        }
+    }
+}
+
+fn count(text: &str, min: usize, max: usize) -> Result<usize, String> {
+    let n: usize = text.trim().parse().map_err(|_| format!("`{}` is not a whole number", text.trim()))?;
+    if n < min || n > max {
+        return Err(format!("{n} is outside {min}–{max}"));
+    }
+    Ok(n)
+}
+
+/// `15, 256,1024` → `[15, 256, 1024]`; each a positive token count.
+pub fn parse_lengths(text: &str) -> Result<Vec<usize>, String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    if parts.is_empty() {
+        return Err("give at least one prompt length in tokens, e.g. 15,256,1024".into());
+    }
+    if parts.len() > MAX_LENGTHS {
+        return Err(format!("at most {MAX_LENGTHS} lengths"));
+    }
+    parts
+        .iter()
+        .map(|p| {
+            let n: usize = p.parse().map_err(|_| format!("`{p}` is not a token count"))?;
+            if n == 0 || n > MAX_LENGTH {
+                return Err(format!("{n} tokens is outside 1–{MAX_LENGTH}"));
+            }
+            Ok(n)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_a_bare_page_name_and_validate_to_the_seed_protocol() {
+        let form = RouterForm::default();
+        assert_eq!(form.to_fragment(), "router");
+        assert_eq!(form.protocol().unwrap(), Protocol::default());
+        assert!(is_router_fragment("#router") && is_router_fragment("router&iters=2"));
+        assert!(!is_router_fragment("#routers") && !is_router_fragment(""));
+    }
+
+    #[test]
+    fn invalid_fields_are_named_and_kept() {
+        let (form, unknown) = RouterForm::from_fragment("#router&iters=two&warmup=500&lengths=15,,0&colour=red");
+        assert_eq!(unknown, vec!["unknown parameter `colour` in the link (ignored)"]);
+        let problems = form.protocol().unwrap_err();
+        let named: Vec<(&str, &str)> = problems.iter().map(|p| (p.field, p.message.as_str())).collect();
+        assert_eq!(
+            named,
+            vec![("iters", "`two` is not a whole number"), ("warmup", "500 is outside 0–100"), ("lengths", "0 tokens is outside 1–8192")]
+        );
+        assert_eq!(RouterForm::from_fragment(&form.to_fragment()).0, form);
+    }
+
+    /// Any text in any field survives the round trip (a deterministic
+    /// pseudo-random sweep over awkward characters).
+    #[test]
+    fn round_trips_any_text() {
+        let alphabet: Vec<char> = "a Z0&=#%+?/,:*~\n\t\"'<>éß中😀|^".chars().collect();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for _ in 0..2000 {
+            let mut text = || (0..next(12)).map(|_| alphabet[next(alphabet.len())]).collect::<String>();
+            let form = RouterForm {
+                mode: text(),
+                system: text(),
+                user: text(),
+                iterations: text(),
+                warmup: text(),
+                lengths: text(),
+                result: None,
+            };
+            assert_eq!(RouterForm::from_fragment(&form.to_fragment()).0, form);
+        }
+        let shared = RouterForm { result: Some("r1.abc-_".into()), ..RouterForm::default() };
+        assert_eq!(shared.to_fragment(), "router&result=r1.abc-_");
+        assert_eq!(RouterForm::from_fragment(&shared.to_fragment()).0, shared);
+    }
+}

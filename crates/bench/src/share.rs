@@ -1,0 +1,73 @@
+//! A measured report carried in a link: JSON, deflated, base64url. The page
+//! puts it in the URL fragment, so it never reaches a server, and renders it
+//! read-only, labelled with where and when it was measured.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+
+use crate::report::{Report, SCHEMA};
+
+/// Prefix of every shared payload; a new layout gets a new prefix.
+const PREFIX: &str = "r1.";
+/// A shared report never inflates beyond this (a crafted link cannot make
+/// the page allocate without bound).
+const MAX_JSON_BYTES: usize = 8 << 20;
+
+/// The payload for a link.
+pub fn encode(report: &Report) -> String {
+    let json = serde_json::to_vec(report).expect("a report always serialises");
+    format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(miniz_oxide::deflate::compress_to_vec(&json, 9)))
+}
+
+/// Reads a payload back; the error says what is wrong with the link.
+pub fn decode(payload: &str) -> Result<Report, String> {
+    let body = payload.trim().strip_prefix(PREFIX).ok_or("the shared result does not start with `r1.` (a link from another version?)")?;
+    let deflated = URL_SAFE_NO_PAD.decode(body).map_err(|e| format!("the shared result is not base64url: {e}"))?;
+    let json = miniz_oxide::inflate::decompress_to_vec_with_limit(&deflated, MAX_JSON_BYTES)
+        .map_err(|e| format!("the shared result is damaged (cannot inflate: {:?})", e.status))?;
+    let report: Report = serde_json::from_slice(&json).map_err(|e| format!("the shared result is not a latency report: {e}"))?;
+    check_schema(&report)?;
+    Ok(report)
+}
+
+/// Reads a report file (exported by the page or written by bench-decide).
+pub fn parse_report(json: &str, source: &str) -> Result<Report, String> {
+    let report: Report = serde_json::from_str(json).map_err(|e| format!("{source}: not a latency report: {e}"))?;
+    check_schema(&report).map_err(|e| format!("{source}: {e}"))?;
+    Ok(report)
+}
+
+fn check_schema(report: &Report) -> Result<(), String> {
+    if report.schema != SCHEMA {
+        return Err(format!("schema `{}`, expected `{SCHEMA}`", report.schema));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::sample_report;
+
+    #[test]
+    fn round_trips_and_stays_link_sized() {
+        let report = sample_report();
+        let payload = encode(&report);
+        assert_eq!(decode(&payload).unwrap(), report);
+        // Three lengths × 25 iterations with their stage timings: a few KB.
+        assert!(payload.len() < 16_000, "{}", payload.len());
+    }
+
+    #[test]
+    fn bad_links_are_named() {
+        assert!(decode("x").unwrap_err().contains("does not start with `r1.`"));
+        assert!(decode("r1.***").unwrap_err().contains("not base64url"));
+        assert!(decode("r1.AAAA").unwrap_err().contains("damaged"));
+        let not_a_report = format!("r1.{}", URL_SAFE_NO_PAD.encode(miniz_oxide::deflate::compress_to_vec(b"{\"a\":1}", 9)));
+        assert!(decode(&not_a_report).unwrap_err().contains("not a latency report"));
+        let mut other = sample_report();
+        other.schema = "workbench.router-latency/0".into();
+        assert!(decode(&encode(&other)).unwrap_err().contains("expected `workbench.router-latency/1`"));
+        assert!(parse_report("[]", "native.json").unwrap_err().starts_with("native.json: not a latency report"));
+    }
+}

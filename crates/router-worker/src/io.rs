@@ -1,0 +1,120 @@
+//! The worker's browser I/O: fetching, streaming a body with progress, the
+//! Cache API, SHA-256 through SubtleCrypto and the storage estimate. Each
+//! failure becomes a sentence naming what failed.
+
+use js_sys::{Array, Reflect, Uint8Array};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{Cache, ReadableStream, ReadableStreamDefaultReader, Response, WorkerGlobalScope};
+
+/// The Cache API bucket holding bundled checkpoints. A new layout of what is
+/// stored gets a new name.
+pub const CACHE_NAME: &str = "workbench-models-v1";
+
+pub fn scope() -> WorkerGlobalScope {
+    js_sys::global().unchecked_into()
+}
+
+/// A JS exception or rejection as text.
+pub fn describe(value: &JsValue) -> String {
+    if let Some(e) = value.dyn_ref::<js_sys::Error>() {
+        return String::from(e.message());
+    }
+    value.as_string().unwrap_or_else(|| format!("{value:?}"))
+}
+
+/// `fetch(url)`, failing on a network error or a non-2xx status.
+pub async fn fetch(url: &str) -> Result<Response, String> {
+    let response = JsFuture::from(scope().fetch_with_str(url)).await.map_err(|e| format!("{url}: could not fetch ({})", describe(&e)))?;
+    let response: Response = response.unchecked_into();
+    if !response.ok() {
+        return Err(format!("{url}: the server answered {} {}", response.status(), response.status_text()));
+    }
+    Ok(response)
+}
+
+pub async fn fetch_text(url: &str) -> Result<String, String> {
+    let response = fetch(url).await?;
+    let text = response.text().map_err(|e| format!("{url}: {}", describe(&e)))?;
+    JsFuture::from(text).await.map_err(|e| format!("{url}: {}", describe(&e)))?.as_string().ok_or_else(|| format!("{url}: not text"))
+}
+
+/// Reads a stream to the end into wasm memory, calling `progress(done)` per
+/// chunk. The chunks are also kept as JS arrays, so the caller can store
+/// them (as a Blob) without copying the bytes back out of wasm.
+pub async fn read_stream(
+    stream: ReadableStream,
+    what: &str,
+    capacity: usize,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(Vec<u8>, Array), String> {
+    let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
+    let mut bytes = Vec::with_capacity(capacity);
+    let chunks = Array::new();
+    loop {
+        let result = JsFuture::from(reader.read()).await.map_err(|e| format!("{what}: reading stopped ({})", describe(&e)))?;
+        let done = Reflect::get(&result, &"done".into()).map(|d| d.is_truthy()).unwrap_or(true);
+        if done {
+            break;
+        }
+        let value = Reflect::get(&result, &"value".into()).map_err(|e| format!("{what}: {}", describe(&e)))?;
+        let chunk: Uint8Array = value.dyn_into().map_err(|_| format!("{what}: the stream did not yield bytes"))?;
+        let start = bytes.len();
+        bytes.resize(start + chunk.length() as usize, 0);
+        chunk.copy_to(&mut bytes[start..]);
+        chunks.push(&chunk);
+        progress(bytes.len() as u64);
+    }
+    Ok((bytes, chunks))
+}
+
+/// The cache bucket, or why there is none (insecure context, disabled storage).
+pub async fn open_cache() -> Result<Cache, String> {
+    let storage = scope().caches().map_err(|e| format!("the Cache API is unavailable here ({})", describe(&e)))?;
+    let cache = JsFuture::from(storage.open(CACHE_NAME)).await.map_err(|e| format!("the Cache API refused to open ({})", describe(&e)))?;
+    Ok(cache.unchecked_into())
+}
+
+/// The cached response for `url`, if any.
+pub async fn cached(cache: &Cache, url: &str) -> Option<Response> {
+    let hit = JsFuture::from(cache.match_with_str(url)).await.ok()?;
+    hit.dyn_into::<Response>().ok()
+}
+
+/// Stores `chunks` under `url`.
+pub async fn store(cache: &Cache, url: &str, chunks: &Array) -> Result<(), String> {
+    let blob = web_sys::Blob::new_with_u8_array_sequence(chunks).map_err(|e| describe(&e))?;
+    let response = Response::new_with_opt_blob(Some(&blob)).map_err(|e| describe(&e))?;
+    JsFuture::from(cache.put_with_str(url, &response))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("could not keep the checkpoint in the browser ({})", describe(&e)))
+}
+
+/// Deletes the whole bucket.
+pub async fn clear_cache() -> Result<bool, String> {
+    let storage = scope().caches().map_err(|e| format!("the Cache API is unavailable here ({})", describe(&e)))?;
+    let deleted = JsFuture::from(storage.delete(CACHE_NAME)).await.map_err(|e| describe(&e))?;
+    Ok(deleted.is_truthy())
+}
+
+/// Hex SHA-256 through SubtleCrypto (native speed; the wasm alternative
+/// takes several times longer on 98 MB).
+pub async fn sha256_hex(bytes: &[u8]) -> Result<String, String> {
+    let subtle = scope().crypto().map_err(|e| format!("no WebCrypto ({})", describe(&e)))?.subtle();
+    let promise = subtle.digest_with_str_and_u8_array("SHA-256", bytes).map_err(|e| format!("SHA-256: {}", describe(&e)))?;
+    let digest = JsFuture::from(promise).await.map_err(|e| format!("SHA-256: {}", describe(&e)))?;
+    Ok(Uint8Array::new(&digest).to_vec().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `navigator.storage.estimate()`: (usage, quota) in bytes.
+pub async fn storage_estimate() -> Result<(f64, f64), String> {
+    let navigator: web_sys::WorkerNavigator = scope().navigator();
+    let manager =
+        Reflect::get(&navigator, &"storage".into()).ok().filter(|v| !v.is_undefined()).ok_or("navigator.storage is unavailable here")?;
+    let manager: web_sys::StorageManager = manager.unchecked_into();
+    let promise = manager.estimate().map_err(|e| describe(&e))?;
+    let estimate = JsFuture::from(promise).await.map_err(|e| describe(&e))?;
+    let number = |key: &str| Reflect::get(&estimate, &key.into()).ok().and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+    Ok((number("usage"), number("quota")))
+}

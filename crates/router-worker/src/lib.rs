@@ -1,0 +1,419 @@
+//! The router page's Web Worker.
+//!
+//! [`RouterWorker`] owns the loaded router and answers [`wire::ToWorker`]
+//! messages with [`wire::FromWorker`] ones. It fetches the bundled checkpoint
+//! itself (the 98 MB never pass through a message), checks its SHA-256
+//! against the site's manifest, keeps it in the Cache API for the next visit,
+//! and runs `Router.decide` and the latency [`Session`] — the same library
+//! code `bench-decide` runs natively.
+//!
+//! The bench yields to the event loop between calls, so a Cancel message is
+//! read within one call; a call itself cannot be interrupted (the page
+//! terminates the worker when one takes too long). A panic is reported as a
+//! message before the instance dies, and the page restarts the worker.
+
+mod io;
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use bench::report::{component_versions, Environment, ProtocolRecord, Provenance, Report, SCHEMA};
+use bench::tasks::Task;
+use bench::{Protocol, Session};
+use js_sys::Reflect;
+use router::{Conversation, Router, RouterAssets, RouterConfig};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wire::{Activity, BuildInfo, FromWorker, Manifest, ManifestModel, ModeInfo, ModelInfo, Source, StorageInfo, ToWorker};
+
+/// The pool the page routes over, compiled in (it is configuration, not data
+/// the user supplies).
+const POOL_YAML: &[u8] = include_bytes!("../../../configs/pool.coderouterbench.yaml");
+const POOL_NAME: &str = "configs/pool.coderouterbench.yaml";
+/// The real task prompts the bench builds its exact-length prompts from, and
+/// the page offers as conversations to start from.
+const TASKS_JSONL: &str = include_str!("../../../data/coderouterbench/ood176_sample.jsonl");
+const TASKS_NAME: &str = "data/coderouterbench/ood176_sample.jsonl";
+const MANIFEST_URL: &str = "models/manifest.json";
+
+/// A loaded router and what it was loaded from.
+struct Loaded {
+    router: Router,
+    /// Kept so the bench can reload for a truly cold first call without
+    /// reading the file again.
+    bytes: Rc<Vec<u8>>,
+    file_name: String,
+    info: ModelInfo,
+    /// Calls made since the router was loaded.
+    calls: usize,
+}
+
+/// The worker: its state and the message handler.
+pub struct RouterWorker {
+    loaded: RefCell<Option<Loaded>>,
+    busy: Cell<Option<Activity>>,
+    cancel: Cell<bool>,
+    tasks: Vec<Task>,
+}
+
+/// Sets the panic hook and the message handler, then says hello.
+pub fn register() {
+    std::panic::set_hook(Box::new(|info| post(&FromWorker::Panicked { message: info.to_string() })));
+    let tasks = bench::tasks::parse_jsonl(TASKS_JSONL, TASKS_NAME).unwrap_or_default();
+    let worker = Rc::new(RouterWorker { loaded: RefCell::new(None), busy: Cell::new(None), cancel: Cell::new(false), tasks });
+    let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
+    let handler = worker.clone();
+    let on_message = Closure::<dyn Fn(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+        let data = event.data();
+        let json = Reflect::get(&data, &wire::JSON_FIELD.into()).ok().and_then(|v| v.as_string()).unwrap_or_default();
+        let file = Reflect::get(&data, &wire::FILE_FIELD.into()).ok().and_then(|v| v.dyn_into::<web_sys::File>().ok());
+        match ToWorker::from_json(&json) {
+            // Cancel is handled at once: the bench loop reads the flag between calls.
+            Ok(ToWorker::Cancel) => handler.cancel.set(true),
+            Ok(message) => wasm_bindgen_futures::spawn_local(handler.clone().handle(message, file)),
+            Err(message) => post(&FromWorker::Failed { during: Activity::Message, message }),
+        }
+    });
+    scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    // The handler lives as long as the worker.
+    on_message.forget();
+    post(&FromWorker::Started { tasks: worker.tasks.clone(), build: build_info() });
+}
+
+fn post(message: &FromWorker) {
+    let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
+    // Posting only fails for uncloneable values; a string always clones.
+    let _ = scope.post_message(&JsValue::from_str(&message.to_json()));
+}
+
+fn build_info() -> BuildInfo {
+    BuildInfo {
+        version: env!("CARGO_PKG_VERSION").into(),
+        git_revision: env!("WORKER_GIT_REVISION").into(),
+        rustc: env!("WORKER_RUSTC_VERSION").into(),
+        simd128: cfg!(target_feature = "simd128"),
+        threads: 1,
+        cross_origin_isolated: Reflect::get(&js_sys::global(), &"crossOriginIsolated".into()).map(|v| v.is_truthy()).unwrap_or(false),
+    }
+}
+
+fn now_ms() -> f64 {
+    js_sys::Date::now()
+}
+
+impl RouterWorker {
+    async fn handle(self: Rc<Self>, message: ToWorker, file: Option<web_sys::File>) {
+        let activity = match &message {
+            ToWorker::LoadBundled | ToWorker::LoadFile { .. } => Activity::Load,
+            ToWorker::Decide { .. } => Activity::Decide,
+            ToWorker::Bench { .. } => Activity::Bench,
+            ToWorker::Storage | ToWorker::ClearCache | ToWorker::Cancel => Activity::Storage,
+        };
+        if matches!(activity, Activity::Load | Activity::Decide | Activity::Bench) {
+            if let Some(current) = self.busy.get() {
+                let message = format!("the worker is busy ({current:?}); wait for it to finish or cancel it").to_lowercase();
+                post(&FromWorker::Failed { during: activity, message });
+                return;
+            }
+            self.busy.set(Some(activity));
+        }
+        let outcome = match message {
+            ToWorker::LoadBundled => self.load_bundled().await,
+            ToWorker::LoadFile { name } => match file {
+                Some(file) => self.load_file(file, &name).await,
+                None => Err(format!("{name}: no file came with the message")),
+            },
+            ToWorker::Decide { conversation, mode } => self.decide(&conversation, mode.as_deref()),
+            ToWorker::Bench { lengths, warmup, iterations, mode } => {
+                self.bench(Protocol { lengths, warmup, iterations, encode_iterations: iterations }, mode).await
+            }
+            ToWorker::Storage => {
+                post(&FromWorker::Storage { storage: storage_info().await });
+                Ok(())
+            }
+            ToWorker::ClearCache => match io::clear_cache().await {
+                Ok(_) => {
+                    post(&FromWorker::Storage { storage: storage_info().await });
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+            ToWorker::Cancel => Ok(()),
+        };
+        if matches!(activity, Activity::Load | Activity::Decide | Activity::Bench) {
+            self.busy.set(None);
+        }
+        if let Err(message) = outcome {
+            post(&FromWorker::Failed { during: activity, message });
+        }
+    }
+
+    async fn load_bundled(&self) -> Result<(), String> {
+        progress("reading the model manifest", 0, None);
+        let manifest_text = io::fetch_text(MANIFEST_URL).await?;
+        let manifest: Manifest = serde_json::from_str(&manifest_text).map_err(|e| format!("{MANIFEST_URL}: not a model manifest: {e}"))?;
+        let model: ManifestModel = manifest.models.into_iter().next().ok_or_else(|| format!("{MANIFEST_URL}: lists no model"))?;
+        let cache = io::open_cache().await;
+        let hit = match &cache {
+            Ok(cache) => io::cached(cache, &model.file).await,
+            Err(_) => None,
+        };
+        let source = if hit.is_some() { Source::Cached } else { Source::Downloaded };
+        let started = now_ms();
+        let response = match hit {
+            Some(response) => response,
+            None => io::fetch(&model.file).await?,
+        };
+        let stage = if source == Source::Cached { "reading the cached checkpoint" } else { "downloading the checkpoint" };
+        let body = response.body().ok_or_else(|| format!("{}: the response has no body", model.file))?;
+        let total = model.bytes;
+        let (bytes, chunks) = io::read_stream(body, &model.file, total as usize, &mut |done| progress(stage, done, Some(total))).await?;
+        let read_ms = now_ms() - started;
+
+        progress("checking SHA-256 against the manifest", 0, None);
+        let started = now_ms();
+        let sha256 = io::sha256_hex(&bytes).await?;
+        let verify_ms = now_ms() - started;
+        if sha256 != model.sha256 || bytes.len() as u64 != model.bytes {
+            if let Ok(cache) = &cache {
+                // A damaged cached copy must not be read again on the next visit.
+                let _ = wasm_bindgen_futures::JsFuture::from(cache.delete_with_str(&model.file)).await;
+            }
+            return Err(format!(
+                "{}: SHA-256 {sha256} ({} bytes) does not match the manifest's {} ({} bytes); the file was not loaded{}",
+                model.file,
+                bytes.len(),
+                model.sha256,
+                model.bytes,
+                if source == Source::Cached { " and the cached copy was deleted" } else { "" }
+            ));
+        }
+        if source == Source::Downloaded {
+            if let Ok(cache) = &cache {
+                if let Err(e) = io::store(cache, &model.file, &chunks).await {
+                    progress(&format!("not cached: {e}"), 0, None);
+                }
+            }
+        }
+        drop(chunks);
+        let info = ModelInfoParts { source, read_ms, verify_ms, sha256, sha256_checked: true };
+        self.load_router(Rc::new(bytes), &model.file, info)?;
+        post(&FromWorker::Storage { storage: storage_info().await });
+        Ok(())
+    }
+
+    async fn load_file(&self, file: web_sys::File, name: &str) -> Result<(), String> {
+        let total = file.size() as u64;
+        let started = now_ms();
+        let (bytes, _) =
+            io::read_stream(file.stream(), name, total as usize, &mut |done| progress("reading the file", done, Some(total))).await?;
+        let read_ms = now_ms() - started;
+        progress("hashing the file", 0, None);
+        let started = now_ms();
+        let sha256 = io::sha256_hex(&bytes).await?;
+        let verify_ms = now_ms() - started;
+        let info = ModelInfoParts { source: Source::UserFile, read_ms, verify_ms, sha256, sha256_checked: false };
+        self.load_router(Rc::new(bytes), name, info)
+    }
+
+    /// Builds the router from bytes, replacing any loaded one.
+    fn load_router(&self, bytes: Rc<Vec<u8>>, file_name: &str, parts: ModelInfoParts) -> Result<(), String> {
+        // Free the old router first: two routers at once may not fit.
+        self.loaded.borrow_mut().take();
+        let router = build_router(&bytes, file_name)?;
+        let info = model_info(&router, file_name, bytes.len() as u64, parts);
+        post(&FromWorker::Loaded { model: Box::new(info.clone()) });
+        *self.loaded.borrow_mut() = Some(Loaded { router, bytes, file_name: file_name.to_string(), info, calls: 0 });
+        Ok(())
+    }
+
+    fn decide(&self, conversation: &Conversation, mode: Option<&str>) -> Result<(), String> {
+        let mut loaded = self.loaded.borrow_mut();
+        let loaded = loaded.as_mut().ok_or("no model is loaded yet")?;
+        let decision = loaded.router.decide(conversation, mode).map_err(|e| e.to_string())?;
+        loaded.calls += 1;
+        post(&FromWorker::Decided { decision });
+        Ok(())
+    }
+
+    async fn bench(&self, protocol: Protocol, mode: Option<String>) -> Result<(), String> {
+        self.cancel.set(false);
+        let mut loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
+        let outcome = self.bench_with(&mut loaded, protocol, mode).await;
+        *self.loaded.borrow_mut() = Some(loaded);
+        outcome
+    }
+
+    async fn bench_with(&self, loaded: &mut Loaded, protocol: Protocol, mode: Option<String>) -> Result<(), String> {
+        let started_unix_ms = now_ms() as u64;
+        if let Some(mode) = mode.as_deref().filter(|m| !loaded.router.pool.modes.contains_key(*m)) {
+            return Err(format!("unknown mode `{mode}`"));
+        }
+        let texts: Vec<String> = self.tasks.iter().map(|t| t.prompt.clone()).collect();
+        let prompts = protocol
+            .lengths
+            .iter()
+            .map(|&n| router::prompts::exact_prompt(&loaded.router.tokenizer, &texts, n).map_err(|e| format!("{n} tokens: {e}")))
+            .collect::<Result<Vec<_>, String>>()?;
+        // The protocol's first call must be the first after loading; earlier
+        // decides would have warmed it, so reload from the kept bytes.
+        let reloaded = loaded.calls > 0;
+        if reloaded {
+            loaded.calls = 0;
+            let router = build_router(&loaded.bytes, &loaded.file_name)?;
+            loaded.info.load = router.load_timings;
+            loaded.router = router;
+            post(&FromWorker::Loaded { model: Box::new(loaded.info.clone()) });
+        }
+        let mut session = Session::new(&prompts, protocol.clone(), mode.as_deref());
+        post(&FromWorker::BenchStarted {
+            prompts: prompts.iter().map(|p| (p.tokens, p.characters)).collect(),
+            reloaded,
+            overall: session.overall(),
+        });
+        let mut cancelled = false;
+        loop {
+            if self.cancel.get() {
+                cancelled = true;
+                break;
+            }
+            let step = session.step(&loaded.router).map_err(|e| e.to_string());
+            loaded.calls += 1;
+            match step? {
+                Some(s) => post(&FromWorker::BenchStep {
+                    prompt_tokens: s.prompt_tokens,
+                    phase: s.phase.label().into(),
+                    ms: s.ms,
+                    done: s.done,
+                    per_length: s.per_length,
+                    overall_done: s.overall_done,
+                    overall: s.overall,
+                }),
+                None => break,
+            }
+            // Let the Cancel message in; outside the timed calls.
+            gloo_timers::future::TimeoutFuture::new(0).await;
+        }
+        let router = &loaded.router;
+        let report = Report {
+            schema: SCHEMA.into(),
+            environment: environment(started_unix_ms, &protocol, mode.as_deref()),
+            provenance: Provenance::of(router, &loaded.file_name),
+            protocol: ProtocolRecord {
+                lengths: protocol.lengths.clone(),
+                warmup: protocol.warmup,
+                iterations: protocol.iterations,
+                prompts_source: format!("{TASKS_NAME} (bundled)"),
+            },
+            load: router.load_timings,
+            results: session.into_results(),
+        };
+        post(&FromWorker::BenchDone { report: Box::new(report), cancelled });
+        Ok(())
+    }
+}
+
+/// The parts of [`ModelInfo`] known before the router is built.
+struct ModelInfoParts {
+    source: Source,
+    read_ms: f64,
+    verify_ms: f64,
+    sha256: String,
+    sha256_checked: bool,
+}
+
+fn progress(stage: &str, done: u64, total: Option<u64>) {
+    post(&FromWorker::LoadProgress { stage: stage.to_string(), done, total });
+}
+
+fn build_router(bytes: &[u8], file_name: &str) -> Result<Router, String> {
+    let assets = RouterAssets { gguf: bytes, gguf_name: file_name, tokenizer_json: None, pool_yaml: POOL_YAML, pool_name: POOL_NAME };
+    let mut on_stage = |stage: &str, done: usize, total: usize| {
+        let label = match stage {
+            "weights" => "parsing the GGUF and preparing the weights".to_string(),
+            "tokenizer" => "building the tokenizer from the GGUF metadata".to_string(),
+            "descriptors" => format!("encoding candidate descriptors ({}/{total})", done + 1),
+            other => other.to_string(),
+        };
+        progress(&label, done as u64, Some(total as u64));
+    };
+    Router::load_with_progress(&assets, RouterConfig::default(), &mut on_stage).map_err(|e| e.to_string())
+}
+
+fn model_info(router: &Router, file_name: &str, bytes: u64, parts: ModelInfoParts) -> ModelInfo {
+    ModelInfo {
+        provenance: Provenance::of(router, file_name),
+        source: parts.source,
+        bytes,
+        sha256: parts.sha256,
+        sha256_checked: parts.sha256_checked,
+        read_ms: parts.read_ms,
+        verify_ms: parts.verify_ms,
+        load: router.load_timings,
+        modes: router
+            .pool
+            .modes
+            .iter()
+            .map(|(name, m)| ModeInfo { name: name.clone(), cost_weight: m.cost_weight, description: m.description.clone() })
+            .collect(),
+        default_mode: router.pool.default_mode.clone(),
+        candidates: router.pool.candidates.iter().map(|c| c.id.clone()).collect(),
+    }
+}
+
+async fn storage_info() -> StorageInfo {
+    let (usage_bytes, quota_bytes, mut note) = match io::storage_estimate().await {
+        Ok((usage, quota)) => (Some(usage).filter(|v| v.is_finite()), Some(quota).filter(|v| v.is_finite()), String::new()),
+        Err(e) => (None, None, e),
+    };
+    let model_cached = match io::open_cache().await {
+        Ok(cache) => match manifest_file().await {
+            Some(file) => io::cached(&cache, &file).await.is_some(),
+            None => false,
+        },
+        Err(e) => {
+            note = e;
+            false
+        }
+    };
+    StorageInfo { usage_bytes, quota_bytes, model_cached, note }
+}
+
+async fn manifest_file() -> Option<String> {
+    let text = io::fetch_text(MANIFEST_URL).await.ok()?;
+    let manifest: Manifest = serde_json::from_str(&text).ok()?;
+    manifest.models.into_iter().next().map(|m| m.file)
+}
+
+/// Where the bench ran: what a page may know about its machine.
+fn environment(started_unix_ms: u64, protocol: &Protocol, mode: Option<&str>) -> Environment {
+    let global = js_sys::global();
+    let navigator = Reflect::get(&global, &"navigator".into()).unwrap_or(JsValue::UNDEFINED);
+    let text = |key: &str| Reflect::get(&navigator, &key.into()).ok().and_then(|v| v.as_string());
+    let build = build_info();
+    let lengths: Vec<String> = protocol.lengths.iter().map(usize::to_string).collect();
+    Environment {
+        runtime: "browser".into(),
+        target: "wasm32-unknown-unknown".into(),
+        command_line: vec![
+            "router page (web worker)".into(),
+            format!(
+                "lengths={} warmup={} iterations={} mode={}",
+                lengths.join(","),
+                protocol.warmup,
+                protocol.iterations,
+                mode.unwrap_or("(pool default)")
+            ),
+        ],
+        versions: component_versions(env!("WORKER_RUSTC_VERSION")),
+        git_revision: build.git_revision,
+        cpu_model: "not exposed to web pages".into(),
+        threads: build.threads,
+        os: text("platform").unwrap_or_default(),
+        user_agent: text("userAgent"),
+        hardware_concurrency: Reflect::get(&navigator, &"hardwareConcurrency".into()).ok().and_then(|v| v.as_f64()).map(|v| v as usize),
+        simd128: Some(build.simd128),
+        cross_origin_isolated: Some(build.cross_origin_isolated),
+        started_unix_ms,
+    }
+}

@@ -1,0 +1,226 @@
+//! The messages between the router page (UI thread) and the router worker.
+//!
+//! Each message is one JSON text, so both sides agree by construction: the
+//! same enum is compiled into the page and into the worker. The weights never
+//! travel here: the worker fetches and caches the bundled checkpoint itself,
+//! and a file the user picks is handed over as the browser's `File` object
+//! beside the JSON (see [`FILE_FIELD`]), not through this codec.
+
+use bench::report::{Provenance, Report};
+use bench::tasks::Task;
+use router::{Conversation, Decision, LoadTimings};
+use serde::{Deserialize, Serialize};
+
+/// The property of a posted object holding the JSON text.
+pub const JSON_FIELD: &str = "json";
+/// The property holding a user-picked `File`, when there is one.
+pub const FILE_FIELD: &str = "file";
+
+/// The bundled checkpoint list, served beside the site as `models/manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub models: Vec<ManifestModel>,
+}
+
+/// One bundled checkpoint, pinned by size and SHA-256.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManifestModel {
+    /// Path relative to the site root, e.g. `models/SmolLM2-135M-Instruct.Q4_1.gguf`.
+    pub file: String,
+    pub name: String,
+    pub bytes: u64,
+    pub sha256: String,
+    pub license: String,
+    pub source: String,
+}
+
+/// Page → worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToWorker {
+    /// Load the bundled checkpoint (from the browser's cache when it is there).
+    LoadBundled,
+    /// Load the GGUF `File` attached to this message.
+    LoadFile {
+        name: String,
+    },
+    Decide {
+        conversation: Conversation,
+        mode: Option<String>,
+    },
+    Bench {
+        lengths: Vec<usize>,
+        warmup: usize,
+        iterations: usize,
+        mode: Option<String>,
+    },
+    /// Stop a running bench after the call in progress.
+    Cancel,
+    /// Report storage use and quota.
+    Storage,
+    /// Delete the cached checkpoint.
+    ClearCache,
+}
+
+/// What the worker is doing when something fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activity {
+    Load,
+    Decide,
+    Bench,
+    Storage,
+    Message,
+}
+
+/// How the build running in the worker was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildInfo {
+    pub version: String,
+    pub git_revision: String,
+    pub rustc: String,
+    pub simd128: bool,
+    /// Compute threads in this build.
+    pub threads: usize,
+    pub cross_origin_isolated: bool,
+}
+
+/// A routing mode the loaded pool offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModeInfo {
+    pub name: String,
+    pub cost_weight: f64,
+    pub description: String,
+}
+
+/// Where the loaded weights came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The bundled checkpoint, downloaded from this site now.
+    Downloaded,
+    /// The bundled checkpoint, read from the browser's cache.
+    Cached,
+    /// A file the user picked.
+    UserFile,
+}
+
+/// A loaded router, as the page shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub provenance: Provenance,
+    pub source: Source,
+    pub bytes: u64,
+    /// Full SHA-256 of the checkpoint bytes.
+    pub sha256: String,
+    /// Whether it was checked against the manifest (bundled files only).
+    pub sha256_checked: bool,
+    /// Reading the bytes (network, cache or disk).
+    pub read_ms: f64,
+    /// Hashing for the manifest check.
+    pub verify_ms: f64,
+    pub load: LoadTimings,
+    pub modes: Vec<ModeInfo>,
+    pub default_mode: String,
+    pub candidates: Vec<String>,
+}
+
+/// Storage the site uses in this browser.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StorageInfo {
+    pub usage_bytes: Option<f64>,
+    pub quota_bytes: Option<f64>,
+    /// Whether the bundled checkpoint is in the cache.
+    pub model_cached: bool,
+    /// Why a figure is missing (no Cache API, not a secure context…).
+    pub note: String,
+}
+
+/// Worker → page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromWorker {
+    /// Sent once the worker runs: the task prompts to start from and the build.
+    Started {
+        tasks: Vec<Task>,
+        build: BuildInfo,
+    },
+    /// Loading progress: `stage` names the step; bytes or items when known.
+    LoadProgress {
+        stage: String,
+        done: u64,
+        total: Option<u64>,
+    },
+    Loaded {
+        model: Box<ModelInfo>,
+    },
+    Storage {
+        storage: StorageInfo,
+    },
+    Decided {
+        decision: Decision,
+    },
+    /// A bench started; the prompts' sizes, and whether the router was
+    /// reloaded first so the first call is cold.
+    BenchStarted {
+        prompts: Vec<(usize, usize)>,
+        reloaded: bool,
+        overall: usize,
+    },
+    BenchStep {
+        prompt_tokens: usize,
+        phase: String,
+        ms: f64,
+        done: usize,
+        per_length: usize,
+        overall_done: usize,
+        overall: usize,
+    },
+    /// The report of what was measured (partial when cancelled).
+    BenchDone {
+        report: Box<Report>,
+        cancelled: bool,
+    },
+    Failed {
+        during: Activity,
+        message: String,
+    },
+    /// The worker panicked; the page must restart it.
+    Panicked {
+        message: String,
+    },
+}
+
+impl ToWorker {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("messages always serialise")
+    }
+
+    pub fn from_json(text: &str) -> Result<ToWorker, String> {
+        serde_json::from_str(text).map_err(|e| format!("unreadable message to the worker: {e}"))
+    }
+}
+
+impl FromWorker {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("messages always serialise")
+    }
+
+    pub fn from_json(text: &str) -> Result<FromWorker, String> {
+        serde_json::from_str(text).map_err(|e| format!("unreadable message from the worker: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let to = ToWorker::Bench { lengths: vec![15, 256], warmup: 1, iterations: 2, mode: Some("economy".into()) };
+        assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
+        let from = FromWorker::Failed { during: Activity::Load, message: "x.gguf: not a valid GGUF checkpoint".into() };
+        assert_eq!(FromWorker::from_json(&from.to_json()).unwrap(), from);
+        assert!(ToWorker::from_json("{\"type\":\"launch\"}").unwrap_err().starts_with("unreadable message to the worker"));
+    }
+}

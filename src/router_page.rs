@@ -1,0 +1,735 @@
+//! The router page (`router/`): load the checkpoint, try a decision, run the
+//! cold-vs-warm latency protocol, export, compare and share the result.
+//!
+//! Everything heavy happens in the router worker (`crates/router-worker`);
+//! this module only binds inputs to a [`RouterForm`] (mirrored in the URL
+//! fragment), posts [`ToWorker`] messages and shows what comes back. A worker
+//! that crashes or hangs is terminated and replaced; the inputs live here, so
+//! nothing the user typed is lost, and the model is reloaded when it had
+//! been loaded before.
+
+use bench::page::RouterForm;
+use bench::report::{format_ms, Report};
+use bench::tasks::Task;
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use router::{Conversation, Decision};
+use wasm_bindgen::JsCast;
+use wire::{Activity, BuildInfo, FromWorker, ModelInfo, Source, StorageInfo, ToWorker};
+
+use crate::browser;
+use crate::report_view::{measured_where, ReportView};
+use crate::worker_client::WorkerClient;
+
+/// Seconds a running call may take to honour Cancel before the worker is
+/// terminated and restarted.
+const CANCEL_GRACE_MS: u32 = 3000;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Status {
+    NotLoaded,
+    Loading,
+    Ready,
+    Failed,
+}
+
+impl Status {
+    fn text(&self) -> &'static str {
+        match self {
+            Status::NotLoaded => "not loaded",
+            Status::Loading => "loading",
+            Status::Ready => "ready",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// What was loaded last, to load it again after a restart.
+#[derive(Clone)]
+enum LoadRequest {
+    Bundled,
+    File(web_sys::File),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct BenchProgress {
+    prompts: Vec<(usize, usize)>,
+    reloaded: bool,
+    overall_done: usize,
+    overall: usize,
+    prompt_tokens: usize,
+    phase: String,
+    done: usize,
+    per_length: usize,
+    last_ms: f64,
+}
+
+/// The page's state: signals are `Copy`, so handlers capture all of it.
+#[derive(Clone, Copy)]
+struct Ctx {
+    form: RwSignal<RouterForm>,
+    tasks: RwSignal<Vec<Task>>,
+    build: RwSignal<Option<BuildInfo>>,
+    status: RwSignal<Status>,
+    load_stage: RwSignal<Option<(String, u64, Option<u64>)>>,
+    model: RwSignal<Option<ModelInfo>>,
+    storage: RwSignal<Option<StorageInfo>>,
+    decision: RwSignal<Option<Decision>>,
+    deciding: RwSignal<bool>,
+    bench_running: RwSignal<bool>,
+    bench_progress: RwSignal<Option<BenchProgress>>,
+    cancel_requested: RwSignal<bool>,
+    report: RwSignal<Option<(Report, bool)>>,
+    compare_with: RwSignal<Option<(String, Report)>>,
+    share_link: RwSignal<Option<String>>,
+    alert: RwSignal<Option<String>>,
+    worker_started: RwSignal<bool>,
+    reload_when_started: RwSignal<bool>,
+    /// Counts workers, so a stale timer does not restart a newer one.
+    generation: RwSignal<u32>,
+    client: StoredValue<Option<WorkerClient>, LocalStorage>,
+    last_load: StoredValue<Option<LoadRequest>, LocalStorage>,
+}
+
+impl Ctx {
+    fn new(form: RouterForm) -> Ctx {
+        Ctx {
+            form: RwSignal::new(form),
+            tasks: RwSignal::new(Vec::new()),
+            build: RwSignal::new(None),
+            status: RwSignal::new(Status::NotLoaded),
+            load_stage: RwSignal::new(None),
+            model: RwSignal::new(None),
+            storage: RwSignal::new(None),
+            decision: RwSignal::new(None),
+            deciding: RwSignal::new(false),
+            bench_running: RwSignal::new(false),
+            bench_progress: RwSignal::new(None),
+            cancel_requested: RwSignal::new(false),
+            report: RwSignal::new(None),
+            compare_with: RwSignal::new(None),
+            share_link: RwSignal::new(None),
+            alert: RwSignal::new(None),
+            worker_started: RwSignal::new(false),
+            reload_when_started: RwSignal::new(false),
+            generation: RwSignal::new(0),
+            client: StoredValue::new_local(None),
+            last_load: StoredValue::new_local(None),
+        }
+    }
+
+    fn spawn_worker(self) {
+        self.worker_started.set(false);
+        self.generation.update(|g| *g += 1);
+        let generation = self.generation.get_untracked();
+        let on_message = move |message: Result<FromWorker, String>| match message {
+            Ok(message) => self.on_message(message),
+            Err(e) => self.alert.set(Some(e)),
+        };
+        let on_error = move |message: String| {
+            if self.generation.get_untracked() != generation {
+                return;
+            }
+            if self.worker_started.get_untracked() {
+                self.restart(format!("The router worker stopped with an error ({message}). It was restarted."));
+            } else {
+                // A worker that never started (its script missing, wasm refused)
+                // would fail again: say so instead of looping.
+                self.client.set_value(None);
+                self.alert
+                    .set(Some(format!("The router worker could not start: {message}. The calculator and shared results still work.")));
+            }
+        };
+        match WorkerClient::spawn(on_message, on_error) {
+            Ok(client) => self.client.set_value(Some(client)),
+            Err(e) => self.alert.set(Some(e)),
+        }
+    }
+
+    /// Replaces the worker, keeping every input; reloads the model if one
+    /// was loaded.
+    fn restart(self, reason: String) {
+        self.client.set_value(None);
+        let had_model = self.model.get_untracked().is_some() || self.status.get_untracked() == Status::Loading;
+        self.status.set(Status::NotLoaded);
+        self.model.set(None);
+        self.load_stage.set(None);
+        self.deciding.set(false);
+        self.bench_running.set(false);
+        self.cancel_requested.set(false);
+        self.alert.set(Some(reason));
+        self.reload_when_started.set(had_model && self.last_load.with_value(Option::is_some));
+        self.spawn_worker();
+    }
+
+    fn send(self, message: &ToWorker, file: Option<&web_sys::File>) -> bool {
+        let sent = self.client.with_value(|c| c.as_ref().map(|c| c.send(message, file)));
+        match sent {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                self.alert.set(Some(e));
+                false
+            }
+            None => {
+                self.alert.set(Some("The router worker is not running; reload the page to start it.".into()));
+                false
+            }
+        }
+    }
+
+    fn load(self, request: LoadRequest) {
+        let (message, file) = match &request {
+            LoadRequest::Bundled => (ToWorker::LoadBundled, None),
+            LoadRequest::File(file) => (ToWorker::LoadFile { name: file.name() }, Some(file.clone())),
+        };
+        self.last_load.set_value(Some(request));
+        self.alert.set(None);
+        self.decision.set(None);
+        if self.send(&message, file.as_ref()) {
+            self.status.set(Status::Loading);
+            self.model.set(None);
+            self.load_stage.set(Some(("starting".into(), 0, None)));
+        }
+    }
+
+    fn on_message(self, message: FromWorker) {
+        match message {
+            FromWorker::Started { tasks, build } => {
+                self.worker_started.set(true);
+                self.tasks.set(tasks);
+                self.build.set(Some(build));
+                self.send(&ToWorker::Storage, None);
+                if self.reload_when_started.get_untracked() {
+                    self.reload_when_started.set(false);
+                    if let Some(request) = self.last_load.get_value() {
+                        self.load(request);
+                    }
+                }
+            }
+            FromWorker::LoadProgress { stage, done, total } => {
+                if !self.bench_running.get_untracked() {
+                    self.status.set(Status::Loading);
+                }
+                self.load_stage.set(Some((stage, done, total)));
+            }
+            FromWorker::Loaded { model } => {
+                self.model.set(Some(*model));
+                self.status.set(Status::Ready);
+                self.load_stage.set(None);
+            }
+            FromWorker::Storage { storage } => self.storage.set(Some(storage)),
+            FromWorker::Decided { decision } => {
+                self.deciding.set(false);
+                self.decision.set(Some(decision));
+            }
+            FromWorker::BenchStarted { prompts, reloaded, overall } => self.bench_progress.set(Some(BenchProgress {
+                prompts,
+                reloaded,
+                overall_done: 0,
+                overall,
+                prompt_tokens: 0,
+                phase: "starting".into(),
+                done: 0,
+                per_length: 0,
+                last_ms: 0.0,
+            })),
+            FromWorker::BenchStep { prompt_tokens, phase, ms, done, per_length, overall_done, overall } => {
+                self.bench_progress.update(|p| {
+                    if let Some(p) = p {
+                        *p = BenchProgress { overall_done, overall, prompt_tokens, phase, done, per_length, last_ms: ms, ..p.clone() };
+                    }
+                })
+            }
+            FromWorker::BenchDone { report, cancelled } => {
+                self.bench_running.set(false);
+                self.cancel_requested.set(false);
+                self.share_link.set(None);
+                self.report.set(Some((*report, cancelled)));
+            }
+            FromWorker::Failed { during, message } => {
+                match during {
+                    Activity::Load => {
+                        self.status.set(Status::Failed);
+                        self.load_stage.set(None);
+                        self.model.set(None);
+                    }
+                    Activity::Decide => self.deciding.set(false),
+                    Activity::Bench => {
+                        self.bench_running.set(false);
+                        self.cancel_requested.set(false);
+                    }
+                    Activity::Storage | Activity::Message => {}
+                }
+                self.alert.set(Some(message));
+            }
+            FromWorker::Panicked { message } => {
+                self.restart(format!("The router worker crashed ({message}). It was restarted; your inputs are kept."));
+            }
+        }
+    }
+
+    fn decide(self) {
+        let form = self.form.get_untracked();
+        if form.user.trim().is_empty() {
+            self.alert.set(Some("Write a user turn (or pick a task) to decide.".into()));
+            return;
+        }
+        let mut conversation = Conversation::user(form.user);
+        if !form.system.trim().is_empty() {
+            conversation = conversation.with_system(form.system);
+        }
+        let mode = Some(form.mode).filter(|m| !m.is_empty());
+        self.alert.set(None);
+        if self.send(&ToWorker::Decide { conversation, mode }, None) {
+            self.deciding.set(true);
+        }
+    }
+
+    fn run_bench(self) {
+        let form = self.form.get_untracked();
+        let Ok(protocol) = form.protocol() else { return };
+        let mode = Some(form.mode).filter(|m| !m.is_empty());
+        self.alert.set(None);
+        let message = ToWorker::Bench { lengths: protocol.lengths, warmup: protocol.warmup, iterations: protocol.iterations, mode };
+        if self.send(&message, None) {
+            self.bench_running.set(true);
+            self.bench_progress.set(None);
+            self.cancel_requested.set(false);
+        }
+    }
+
+    fn cancel_bench(self) {
+        self.send(&ToWorker::Cancel, None);
+        self.cancel_requested.set(true);
+        let generation = self.generation.get_untracked();
+        gloo_timers::callback::Timeout::new(CANCEL_GRACE_MS, move || {
+            if self.generation.get_untracked() == generation && self.bench_running.get_untracked() && self.cancel_requested.get_untracked() {
+                self.restart(format!(
+                    "The call in progress did not end within {} s of Cancel, so the worker was stopped and restarted (the model is reloading). No result was kept.",
+                    CANCEL_GRACE_MS / 1000
+                ));
+            }
+        })
+        .forget();
+    }
+}
+
+/// The page. A shared result (`#router&result=…`) is shown read-only and
+/// starts nothing until the user asks for the live bench.
+#[component]
+pub fn RouterPage() -> impl IntoView {
+    let (form, warnings) = RouterForm::from_fragment(&browser::current_fragment());
+    let ctx = Ctx::new(form);
+    let shared = Memo::new(move |_| ctx.form.with(|f| f.result.clone()));
+    Effect::new(move |_| browser::replace_fragment(&ctx.form.with(RouterForm::to_fragment)));
+    // The worker starts when the live page is shown, not for a shared result.
+    Effect::new(move |_| {
+        if shared.get().is_none() && ctx.client.with_value(Option::is_none) && !ctx.worker_started.get_untracked() {
+            ctx.spawn_worker();
+        }
+    });
+    let warnings = (!warnings.is_empty()).then(|| view! { <p class="warning" data-testid="query-warnings">{warnings.join(" · ")}</p> });
+    view! {
+        <main class="router">
+            <header class="page-head">
+                <p class="crumbs"><a href="../" data-testid="to-calculator">"← KV-cache calculator"</a></p>
+                <h1>"Router decide latency, in this browser"</h1>
+                <p class="lede">
+                    "A quantized SmolLM2-135M router runs here through candle compiled to WebAssembly, in a Web Worker. "
+                    "The first call at each prompt length is reported apart from the warm calls: a warm median is not the first request's experience."
+                </p>
+            </header>
+            {warnings}
+            {move || ctx.alert.get().map(|a| view! {
+                <p class="problem" role="alert" data-testid="router-alert">
+                    {a} " " <button type="button" class="link" on:click=move |_| ctx.alert.set(None)>"Dismiss"</button>
+                </p>
+            })}
+            {move || match shared.get() {
+                Some(payload) => view! { <SharedResult ctx=ctx payload=payload/> }.into_any(),
+                None => view! { <LivePage ctx=ctx/> }.into_any(),
+            }}
+        </main>
+    }
+}
+
+#[component]
+fn SharedResult(ctx: Ctx, payload: String) -> impl IntoView {
+    let open_live = move |_| ctx.form.update(|f| f.result = None);
+    match bench::share::decode(&payload) {
+        Ok(report) => view! {
+            <section class="card shared" data-testid="shared-result">
+                <h2>"Shared result (read-only)"</h2>
+                <p class="banner" data-testid="shared-label">
+                    "This is a result someone measured and shared, not a new measurement: opening it downloaded no model and ran nothing. "
+                    {measured_where(&report)}
+                </p>
+                <ReportView report=report/>
+                <button type="button" on:click=open_live data-testid="open-live">"Open the live bench"</button>
+            </section>
+        }
+        .into_any(),
+        Err(e) => view! {
+            <section class="card shared">
+                <p class="problem" role="alert" data-testid="shared-error">{format!("This share link cannot be shown: {e}.")}</p>
+                <button type="button" on:click=open_live data-testid="open-live">"Open the live bench"</button>
+            </section>
+        }
+        .into_any(),
+    }
+}
+
+#[component]
+fn LivePage(ctx: Ctx) -> impl IntoView {
+    view! {
+        <ModelCard ctx=ctx/>
+        <TryIt ctx=ctx/>
+        <BenchCard ctx=ctx/>
+    }
+}
+
+fn file_from_input(ev: &leptos::ev::Event) -> Option<web_sys::File> {
+    let input: web_sys::HtmlInputElement = ev.target()?.dyn_into().ok()?;
+    input.files()?.get(0)
+}
+
+fn bytes_label(n: f64) -> String {
+    kv::units::binary(n.max(0.0) as u128)
+}
+
+#[component]
+fn ModelCard(ctx: Ctx) -> impl IntoView {
+    let busy = move || ctx.status.get() == Status::Loading || ctx.bench_running.get() || !ctx.worker_started.get();
+    let on_drop = move |ev: leptos::ev::DragEvent| {
+        ev.prevent_default();
+        if let Some(file) = ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0)) {
+            ctx.load(LoadRequest::File(file));
+        }
+    };
+    let progress = move || {
+        ctx.load_stage.get().map(|(stage, done, total)| {
+            let (value, max, text) = match total {
+                Some(t) if t > 1 && done > 0 => {
+                    (done as f64, t as f64, format!("{stage}: {} of {}", bytes_or_count(done, t), bytes_or_count(t, t)))
+                }
+                Some(t) if t > 1 => (0.0, t as f64, stage),
+                _ => (0.0, 0.0, stage),
+            };
+            view! {
+                <div class="progress-line">
+                    {if max > 0.0 { view! { <progress data-testid="model-progress" max=max value=value></progress> }.into_any() }
+                     else { view! { <progress data-testid="model-progress"></progress> }.into_any() }}
+                    <span data-testid="model-stage">{text}</span>
+                </div>
+            }
+        })
+    };
+    let clear = move |_| {
+        ctx.send(&ToWorker::ClearCache, None);
+    };
+    view! {
+        <section class="card" aria-labelledby="model-h">
+            <h2 id="model-h">"1 · Model"</h2>
+            <div class="row">
+                <button type="button" data-testid="model-load" disabled=busy on:click=move |_| ctx.load(LoadRequest::Bundled)>
+                    "Load the bundled SmolLM2-135M-Instruct Q4_1 (94 MiB)"
+                </button>
+                <label class="file-pick" on:dragover=|ev: leptos::ev::DragEvent| ev.prevent_default() on:drop=on_drop>
+                    "…or pick or drop your own GGUF (llama or qwen3, e.g. Qwen3-0.6B): "
+                    <input type="file" accept=".gguf" data-testid="model-file" disabled=busy
+                        on:change=move |ev| if let Some(file) = file_from_input(&ev) { ctx.load(LoadRequest::File(file)) }/>
+                </label>
+            </div>
+            <p>"Status: " <strong data-testid="model-status">{move || ctx.status.get().text()}</strong></p>
+            {progress}
+            {move || ctx.model.get().map(|m| view! { <ModelFacts model=m/> })}
+            {move || ctx.storage.get().map(|s| {
+                let usage = match (s.usage_bytes, s.quota_bytes) {
+                    (Some(u), Some(q)) => format!("This site stores {} of its {} quota in this browser.", bytes_label(u), bytes_label(q)),
+                    _ => format!("Storage use is not available here{}.", if s.note.is_empty() { String::new() } else { format!(" ({})", s.note) }),
+                };
+                let cached = if s.model_cached { "The bundled checkpoint is cached: the next visit reads it from here, not the network." } else { "The bundled checkpoint is not cached." };
+                view! {
+                    <p class="storage" data-testid="storage">
+                        {usage} " " {cached} " "
+                        <button type="button" class="link" data-testid="cache-clear" on:click=clear disabled=move || !s.model_cached>"Clear the cached checkpoint"</button>
+                    </p>
+                }
+            })}
+        </section>
+    }
+}
+
+fn bytes_or_count(n: u64, total: u64) -> String {
+    if total > 4096 {
+        kv::units::binary(n as u128)
+    } else {
+        n.to_string()
+    }
+}
+
+#[component]
+fn ModelFacts(model: ModelInfo) -> impl IntoView {
+    let p = &model.provenance;
+    let source = match model.source {
+        Source::Downloaded => "bundled, downloaded from this site now (and cached)",
+        Source::Cached => "bundled, read from this browser's cache",
+        Source::UserFile => "your file",
+    };
+    let sha = if model.sha256_checked {
+        format!("{} — matches the manifest", model.sha256)
+    } else {
+        format!("{} (your file: nothing to check it against)", model.sha256)
+    };
+    let facts: Vec<(&'static str, String)> = vec![
+        ("checkpoint", format!("{} · {} · {}", p.checkpoint_id, p.checkpoint_file, kv::units::binary(model.bytes as u128))),
+        ("source", source.to_string()),
+        ("SHA-256", sha),
+        ("backbone", p.backbone.clone()),
+        ("precision", p.precision.clone()),
+        ("tokenizer", p.tokenizer.clone()),
+        ("pool", format!("{} · {} candidates", p.pool_id, p.candidates)),
+        ("read bytes", format_ms(model.read_ms)),
+        ("verify (SHA-256)", format_ms(model.verify_ms)),
+        ("weight load", format_ms(model.load.weights_ms)),
+        ("tokenizer init", format_ms(model.load.tokenizer_ms)),
+        ("descriptors (once per pool load)", format_ms(model.load.descriptors_ms)),
+    ];
+    view! {
+        <dl class="facts" data-testid="model-facts">
+            {facts.into_iter().map(|(k, v)| view! { <dt>{k}</dt><dd data-field=k>{v}</dd> }).collect_view()}
+        </dl>
+    }
+}
+
+#[component]
+fn TryIt(ctx: Ctx) -> impl IntoView {
+    let ready = move || ctx.status.get() == Status::Ready && !ctx.bench_running.get();
+    let pick_task = move |ev: leptos::ev::Event| {
+        let id = event_target_value(&ev);
+        if let Some(task) = ctx.tasks.with_untracked(|t| t.iter().find(|t| t.id == id).cloned()) {
+            ctx.form.update(|f| f.user = task.prompt);
+        }
+    };
+    let modes = move || ctx.model.get().map(|m| (m.modes, m.default_mode)).unwrap_or_default();
+    view! {
+        <section class="card" aria-labelledby="try-h">
+            <h2 id="try-h">"2 · Try a decision"</h2>
+            <label class="field">"Start from a CodeRouterBench task"
+                <select data-testid="task-select" on:change=pick_task>
+                    <option value="">"— pick a task prompt —"</option>
+                    {move || ctx.tasks.get().into_iter().map(|t| {
+                        let label = format!("{} · {} · {}", t.id, if t.language.is_empty() { "?" } else { &t.language }, t.title());
+                        view! { <option value=t.id.clone()>{label}</option> }
+                    }).collect_view()}
+                </select>
+            </label>
+            <label class="field">"System turn (optional)"
+                <textarea rows="2" data-testid="conv-system" prop:value=move || ctx.form.with(|f| f.system.clone())
+                    on:input=move |ev| ctx.form.update(|f| f.system = event_target_value(&ev))></textarea>
+            </label>
+            <label class="field">"User turn"
+                <textarea rows="6" data-testid="conv-user" prop:value=move || ctx.form.with(|f| f.user.clone())
+                    on:input=move |ev| ctx.form.update(|f| f.user = event_target_value(&ev))></textarea>
+            </label>
+            <div class="row">
+                <label>"Mode "
+                    <select data-testid="mode-select" on:change=move |ev| ctx.form.update(|f| f.mode = event_target_value(&ev))>
+                        {move || {
+                            let (modes, default) = modes();
+                            let current = ctx.form.with(|f| f.mode.clone());
+                            let mut options = vec![view! { <option value="" selected=current.is_empty()>{format!("pool default ({default})")}</option> }.into_any()];
+                            options.extend(modes.into_iter().map(|m| {
+                                let selected = current == m.name;
+                                view! { <option value=m.name.clone() selected=selected>{format!("{} — cost weight {}", m.name, m.cost_weight)}</option> }.into_any()
+                            }));
+                            options
+                        }}
+                    </select>
+                </label>
+                <button type="button" data-testid="decide-button" disabled=move || !ready() || ctx.deciding.get() on:click=move |_| ctx.decide()>
+                    {move || if ctx.deciding.get() { "Deciding…" } else { "Decide" }}
+                </button>
+            </div>
+            {move || ctx.decision.get().map(|d| view! { <DecisionView decision=d/> })}
+        </section>
+    }
+}
+
+#[component]
+fn DecisionView(decision: Decision) -> impl IntoView {
+    let t = decision.timings;
+    let stages = [
+        ("mode", t.mode_ms),
+        ("assemble", t.assemble_ms),
+        ("tokenise", t.tokenize_ms),
+        ("truncate", t.truncate_ms),
+        ("prefill", t.prefill_ms),
+        ("stack", t.stack_ms),
+        ("scores", t.score_ms),
+        ("cost", t.cost_ms),
+        ("rank", t.rank_ms),
+    ];
+    let truncation = if decision.truncated {
+        format!("{} of {} tokens prefilled (cut from the left to router_max_tokens)", decision.tokens_used, decision.tokens_total)
+    } else {
+        format!("{} tokens prefilled (no truncation)", decision.tokens_used)
+    };
+    view! {
+        <div class="decision" data-testid="decide-result">
+            <p>
+                <strong>{format!("Route to {}", decision.ranked.first().map(|r| r.id.as_str()).unwrap_or("–"))}</strong>
+                {format!(" · mode {} (cost weight {}) · {truncation} · decide took {}", decision.mode, decision.cost_weight, format_ms(t.total_ms))}
+            </p>
+            <div class="table-wrap">
+                <table>
+                    <thead><tr>
+                        <th scope="col">"#"</th><th scope="col">"candidate"</th><th scope="col">"score"</th>
+                        <th scope="col">"cosine"</th><th scope="col">"est. cost (USD)"</th><th scope="col">"utility"</th>
+                    </tr></thead>
+                    <tbody>
+                        {decision.ranked.iter().enumerate().map(|(i, r)| view! {
+                            <tr data-testid="decide-row" data-candidate=r.id.clone() data-score=r.score.to_string()>
+                                <td class="num">{i + 1}</td>
+                                <td>{r.id.clone()}</td>
+                                <td class="num">{format!("{:.4}", r.score)}</td>
+                                <td class="num">{format!("{:.4}", r.cosine)}</td>
+                                <td class="num">{format!("{:.5}", r.estimated_cost_usd)}</td>
+                                <td class="num">{format!("{:.4}", r.utility)}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+            <p class="stages" data-testid="decide-stages">
+                "Stages: " {stages.iter().map(|(k, v)| format!("{k} {}", format_ms(*v))).collect::<Vec<_>>().join(" · ")}
+            </p>
+        </div>
+    }
+}
+
+#[component]
+fn BenchCard(ctx: Ctx) -> impl IntoView {
+    let problems = Memo::new(move |_| ctx.form.with(|f| f.protocol().err().unwrap_or_default()));
+    let problem_for = move |field: &'static str| {
+        move || {
+            problems.with(|p| {
+                p.iter().find(|p| p.field == field).map(|p| view! { <span class="field-error" role="alert">{p.message.clone()}</span> })
+            })
+        }
+    };
+    let can_run =
+        move || ctx.status.get() == Status::Ready && !ctx.bench_running.get() && !ctx.deciding.get() && problems.with(Vec::is_empty);
+    let input = move |testid: &'static str,
+                      label: &'static str,
+                      get: fn(&RouterForm) -> String,
+                      set: fn(&mut RouterForm, String),
+                      field: &'static str| {
+        view! {
+            <label class="field small">{label}
+                <input type="text" inputmode="numeric" data-testid=testid prop:value=move || ctx.form.with(get)
+                    on:input=move |ev| ctx.form.update(|f| set(f, event_target_value(&ev)))/>
+                {problem_for(field)}
+            </label>
+        }
+    };
+    let export = move |_| {
+        if let Some((report, _)) = ctx.report.get_untracked() {
+            let json = serde_json::to_string_pretty(&report).unwrap_or_default();
+            if let Err(e) = browser::download_text("router-latency.browser.json", &json, "application/json") {
+                ctx.alert.set(Some(format!("Export failed: {e}")));
+            }
+        }
+    };
+    let share = move |_| {
+        if let Some((report, _)) = ctx.report.get_untracked() {
+            let fragment = RouterForm { result: Some(bench::share::encode(&report)), ..RouterForm::default() }.to_fragment();
+            let link = browser::link_with_fragment(&fragment);
+            ctx.share_link.set(Some(link.clone()));
+            spawn_local(async move {
+                let _ = browser::copy_text(&link).await;
+            });
+        }
+    };
+    let load_compare = move |ev: leptos::ev::Event| {
+        let Some(file) = file_from_input(&ev) else { return };
+        spawn_local(async move {
+            let name = file.name();
+            match browser::read_file_text(file).await.and_then(|text| bench::share::parse_report(&text, &name)) {
+                Ok(report) => ctx.compare_with.set(Some((name, report))),
+                Err(e) => ctx.alert.set(Some(e)),
+            }
+        });
+    };
+    let progress = move || {
+        ctx.bench_running.get().then(|| {
+            let p = ctx.bench_progress.get();
+            let (value, max) = p.as_ref().map(|p| (p.overall_done as f64, p.overall.max(1) as f64)).unwrap_or((0.0, 1.0));
+            let text = match &p {
+                None => "preparing the exact-length prompts".to_string(),
+                Some(p) if p.per_length == 0 => format!(
+                    "prompts ready ({}){}",
+                    p.prompts.iter().map(|(t, c)| format!("{t} tokens / {c} chars")).collect::<Vec<_>>().join(", "),
+                    if p.reloaded { "; the router was reloaded so the first call is cold" } else { "" }
+                ),
+                Some(p) => format!(
+                    "{} tokens · {} {}/{} · last call {} · {} of {} calls",
+                    p.prompt_tokens,
+                    p.phase,
+                    p.done,
+                    p.per_length,
+                    format_ms(p.last_ms),
+                    p.overall_done,
+                    p.overall
+                ),
+            };
+            view! {
+                <div class="progress-line">
+                    <progress data-testid="bench-progress" max=max value=value></progress>
+                    <span data-testid="bench-stage">{text}</span>
+                    <button type="button" data-testid="bench-cancel" disabled=move || ctx.cancel_requested.get() on:click=move |_| ctx.cancel_bench()>
+                        {move || if ctx.cancel_requested.get() { "Cancelling…" } else { "Cancel" }}
+                    </button>
+                </div>
+            }
+        })
+    };
+    view! {
+        <section class="card" aria-labelledby="bench-h">
+            <h2 id="bench-h">"3 · Latency bench"</h2>
+            <p class="note">
+                "The field guide's protocol: per prompt length, the first call (cold), then warm-ups, then timed iterations of the complete decide, "
+                "then as many timed encode+scores calls. Prompts are real CodeRouterBench task texts cut to exactly that many tokens of routing text."
+            </p>
+            <div class="row">
+                {input("bench-lengths", "Prompt lengths (tokens)", |f| f.lengths.clone(), |f, v| f.lengths = v, "lengths")}
+                {input("bench-warmup", "Warm-ups", |f| f.warmup.clone(), |f, v| f.warmup = v, "warmup")}
+                {input("bench-iterations", "Iterations", |f| f.iterations.clone(), |f, v| f.iterations = v, "iters")}
+                <button type="button" data-testid="bench-run" disabled=move || !can_run() on:click=move |_| ctx.run_bench()>"Run the bench"</button>
+            </div>
+            {progress}
+            {move || ctx.report.get().map(|(report, cancelled)| {
+                let compare_with = ctx.compare_with.get();
+                view! {
+                    <div class="report" data-testid="bench-report">
+                        {cancelled.then(|| view! { <p class="warning">{format!("Cancelled: {} length(s) were measured completely and are shown.", report.results.len())}</p> })}
+                        <p class="note">{measured_where(&report)}</p>
+                        <ReportView report=report compare_with=compare_with/>
+                        <div class="row">
+                            <button type="button" data-testid="bench-export" on:click=export>"Export JSON (bench-decide's schema)"</button>
+                            <button type="button" data-testid="bench-share" on:click=share>"Copy a share link"</button>
+                            <label class="file-pick">"Compare with a report (e.g. bench-decide's JSON): "
+                                <input type="file" accept=".json,application/json" data-testid="bench-compare-file" on:change=load_compare/>
+                            </label>
+                        </div>
+                        {move || ctx.share_link.get().map(|link| view! {
+                            <label class="field">"Share link (read-only result; copied)"
+                                <input type="text" readonly data-testid="share-link" prop:value=link/>
+                            </label>
+                        })}
+                    </div>
+                }
+            })}
+        </section>
+    }
+}

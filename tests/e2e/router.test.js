@@ -1,0 +1,311 @@
+// End-to-end tests of the router page (#router) on the real bundled model
+// (SmolLM2-135M-Instruct Q4_1, fetched by scripts/fetch-assets.sh) in
+// headless Chromium. Every request outside localhost is blocked, so every
+// test here is also an offline test: the built site and its model are all
+// the page has.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { serve, launch, newPage, screenshot, root } from './harness.js';
+
+const MANIFEST = JSON.parse(await readFile(join(root, 'www/models/manifest.json'), 'utf8'));
+const NATIVE = JSON.parse(await readFile(join(root, 'reports/router-latency.cpu.json'), 'utf8'));
+const LOAD_TIMEOUT = 300_000;
+
+let server;
+let browser;
+before(async () => {
+  server = await serve();
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+const text = (page, id) => page.getByTestId(id).textContent();
+
+async function workerReady(page) {
+  await page.waitForFunction(() => document.querySelector('[data-testid=model-load]') && !document.querySelector('[data-testid=model-load]').disabled, null, { timeout: 120_000 });
+}
+
+async function loadBundled(page) {
+  await workerReady(page);
+  await page.getByTestId('model-load').click();
+  await page.waitForFunction(() => ['ready', 'failed'].includes(document.querySelector('[data-testid=model-status]')?.textContent), null, { timeout: LOAD_TIMEOUT });
+  const status = await text(page, 'model-status');
+  if (status !== 'ready') assert.fail(`model did not load: ${await page.getByTestId('router-alert').innerText().catch(() => status)}`);
+}
+
+/** Fills the conversation and decides; returns [{ id, score }] best first. */
+async function decide(page, conversation, mode = '') {
+  const system = conversation.messages.find((m) => m.role === 'system')?.content ?? '';
+  const user = conversation.messages.find((m) => m.role === 'user').content;
+  await page.getByTestId('conv-system').fill(system);
+  await page.getByTestId('conv-user').fill(user);
+  await page.getByTestId('mode-select').selectOption(mode);
+  const before = await page.getByTestId('decide-result').innerText().catch(() => null);
+  await page.getByTestId('decide-button').click();
+  await page.waitForFunction(
+    (prev) => {
+      const el = document.querySelector('[data-testid=decide-result]');
+      return el && el.innerText !== prev && !document.querySelector('[data-testid=decide-button]').disabled;
+    },
+    before,
+    { timeout: 120_000 },
+  );
+  return page.locator('[data-testid=decide-row]').evaluateAll((rows) => rows.map((r) => ({ id: r.dataset.candidate, score: Number(r.dataset.score) })));
+}
+
+test('the calculator fetches no router code and links to the router page at /router/', async () => {
+  const page = await newPage(browser);
+  const from = server.served.length;
+  await page.goto(server.url);
+  await page.getByTestId('logical-total').waitFor();
+  const fetched = server.served.slice(from);
+  assert.ok(!fetched.some((p) => /router_worker|gguf|manifest/.test(p)), fetched.join(' '));
+  await page.getByTestId('to-router').click();
+  await workerReady(page);
+  assert.ok(server.served.slice(from).some((p) => p.includes('router_worker_bg.wasm')), 'the router page starts its worker');
+  assert.ok(!server.served.slice(from).some((p) => p.endsWith('.gguf')), 'no checkpoint before Load');
+  await page.getByTestId('to-calculator').click();
+  await page.getByTestId('logical-total').waitFor();
+  // The router page lives at /router/ (and /router redirects there); an old
+  // #router address on the calculator forwards to it with its settings.
+  await page.goto(`${server.url}router`);
+  await workerReady(page);
+  assert.equal(new URL(page.url()).pathname, '/router/');
+  await page.goto(`${server.url}#router&iters=7`);
+  await page.waitForURL(/\/router\/#router&iters=7$/);
+  assert.equal(await page.getByTestId('bench-iterations').inputValue(), '7');
+  await page.context().close();
+});
+
+test('load, decide, bench, export, compare and share on the real model', async () => {
+  const page = await newPage(browser, { acceptDownloads: true });
+  await page.goto(`${server.url}router/#router&iters=2&warmup=1&lengths=15,64`);
+  assert.equal(await page.getByTestId('bench-iterations').inputValue(), '2');
+  assert.equal(await page.getByTestId('bench-warmup').inputValue(), '1');
+  assert.equal(await page.getByTestId('bench-lengths').inputValue(), '15,64');
+  assert.equal(await text(page, 'model-status'), 'not loaded');
+  await workerReady(page);
+  await page.getByTestId('model-load').click();
+  await page.getByTestId('model-progress').waitFor();
+  await page.waitForFunction(() => document.querySelector('[data-testid=model-status]')?.textContent === 'ready', null, { timeout: LOAD_TIMEOUT });
+  const facts = await page.getByTestId('model-facts').innerText();
+  assert.match(facts, new RegExp(`${MANIFEST.models[0].sha256} — matches the manifest`));
+  assert.match(facts, /gguf-b179c952/);
+  assert.match(facts, /downloaded from this site now/);
+  assert.match(facts, /llama \(30 layers, hidden 576, 9 heads \/ 3 kv heads\)/);
+  for (const field of ['weight load', 'tokenizer init', 'read bytes', 'verify (SHA-256)']) {
+    assert.match(await page.locator(`[data-testid=model-facts] dd[data-field="${field}"]`).textContent(), /^\d+(\.\d)? ms$/, field);
+  }
+  await page.waitForFunction(() => /is cached/.test(document.querySelector('[data-testid=storage]')?.textContent ?? ''));
+  assert.match(await text(page, 'storage'), /This site stores [\d.]+ [KMG]iB of its [\d.]+ [KMGT]iB quota/);
+
+  // Try it: a real task prompt, the ranking by utility, the stages.
+  const options = await page.getByTestId('task-select').locator('option').count();
+  assert.equal(options, 25, 'the 24 bundled CodeRouterBench tasks and a placeholder');
+  await page.getByTestId('task-select').selectOption({ index: 3 });
+  assert.ok((await page.getByTestId('conv-user').inputValue()).length > 100, 'the task fills the user turn');
+  await page.getByTestId('conv-user').fill((await page.getByTestId('conv-user').inputValue()).slice(0, 400));
+  await page.getByTestId('decide-button').click();
+  await page.getByTestId('decide-result').waitFor({ timeout: 120_000 });
+  const rows = await page.locator('[data-testid=decide-row]').count();
+  assert.equal(rows, 8);
+  const utilities = await page.locator('[data-testid=decide-row] td:nth-child(6)').allTextContents();
+  assert.deepEqual([...utilities].map(Number), [...utilities].map(Number).sort((a, b) => b - a), 'ranked by utility');
+  assert.match(await text(page, 'decide-stages'), /tokenise [\d.]+ ms · truncate [\d.]+ ms · prefill [\d.]+ ms/);
+  assert.match(await text(page, 'decide-result'), /tokens prefilled \(no truncation\)/);
+  await screenshot(page, 'router-decide');
+
+  // The bench: a short protocol, cold apart from warm.
+  await page.getByTestId('bench-run').click();
+  await page.getByTestId('bench-progress').waitFor();
+  await page.getByTestId('bench-table').waitFor({ timeout: 300_000 });
+  const table = await page.getByTestId('bench-table').innerText();
+  assert.match(table, /prompt tokens\tcharacters\tp50 \(warm\)\tp95 \(warm\)\tmin–max \(warm\)\tfirst call \(cold\)/);
+  const bodyRows = await page.locator('[data-testid=bench-table] tbody tr').allInnerTexts();
+  assert.deepEqual(bodyRows.map((r) => r.split('\t')[0]), ['15', '64']);
+  assert.match(await text(page, 'bench-conditions'), /2 iterations plus 1 warm-ups, router_max_tokens 1,024, checkpoint gguf-b179c952/);
+  assert.match(await text(page, 'bench-boundaries'), /15 tokens: decide p50 [\d.]+ ms vs encode\+scores p50/);
+  assert.equal(await page.locator('[data-testid=bench-plot] circle.cold').count(), 2);
+  assert.equal(await page.locator('[data-testid=bench-breakdown] tbody tr').count(), 2);
+  const provenance = await page.getByTestId('bench-provenance').innerText();
+  assert.match(provenance, /wasm32-unknown-unknown/);
+  assert.match(provenance, /simd128 yes/);
+  assert.match(provenance, /HeadlessChrome/);
+
+  // Export: bench-decide's schema, the same artefacts as the native report.
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('bench-export').click()]);
+  const report = JSON.parse(await readFile(await download.path(), 'utf8'));
+  assert.deepEqual(Object.keys(report).sort(), Object.keys(NATIVE).sort());
+  assert.equal(report.schema, 'workbench.router-latency/1');
+  assert.equal(report.environment.runtime, 'browser');
+  assert.equal(report.environment.target, 'wasm32-unknown-unknown');
+  assert.equal(report.environment.threads, 1);
+  assert.equal(report.environment.simd128, true);
+  assert.equal(report.environment.cross_origin_isolated, false);
+  assert.ok(report.environment.hardware_concurrency >= 1);
+  assert.match(report.environment.user_agent, /Chrome/);
+  assert.match(report.environment.git_revision, /^[0-9a-f]{12}(-dirty)?$/);
+  assert.equal(report.environment.versions['candle-core'], NATIVE.environment.versions['candle-core']);
+  for (const key of ['checkpoint_id', 'pool_id', 'backbone', 'precision', 'tokenizer', 'candidates', 'router_max_tokens']) {
+    assert.deepEqual(report.provenance[key], NATIVE.provenance[key], key);
+  }
+  assert.deepEqual(report.protocol.lengths, [15, 64]);
+  assert.equal(report.protocol.iterations, 2);
+  assert.equal(report.protocol.warmup, 1);
+  for (const r of report.results) {
+    assert.equal(r.warm_ms.length, 2);
+    assert.equal(r.warmup_ms.length, 1);
+    assert.equal(r.encode_and_score_ms.length, 2);
+    assert.equal(r.warm_stages.length, 2);
+    assert.ok(r.cold_ms > 0 && r.warm.p50 > 0 && r.warm.min <= r.warm.p50 && r.warm.p50 <= r.warm.p95 && r.warm.p95 <= r.warm.max);
+    assert.equal(Object.keys(r.cold_stages).length, 10);
+  }
+  assert.ok(report.load.weights_ms > 0 && report.load.tokenizer_ms > 0 && report.load.descriptors_ms > 0);
+  assert.deepEqual(report.results.map((r) => r.prompt_tokens), [15, 64]);
+  // The same exact-token prompt as natively: same text, same length.
+  assert.equal(report.results[0].characters, NATIVE.results[0].characters);
+
+  // A native report side by side.
+  await page.getByTestId('bench-compare-file').setInputFiles(join(root, 'reports/router-latency.cpu.json'));
+  await page.getByTestId('bench-compare').waitFor();
+  const compared = await page.locator('[data-testid=bench-compare] tbody tr').allInnerTexts();
+  assert.equal(compared.length, 1, 'only 15 tokens is in both');
+  assert.match(compared[0], /^15\t.*\t[\d.]+×\t.*\t[\d.]+×$/);
+  assert.equal(await page.locator('[data-testid=bench-plot] circle.cold.s1').count(), 3);
+  await screenshot(page, 'router-bench');
+
+  // Share: the link renders the same table, read-only, starting nothing.
+  await page.getByTestId('bench-share').click();
+  const link = await page.getByTestId('share-link').inputValue();
+  assert.match(link, /#router&result=r1\.[A-Za-z0-9_-]+$/);
+  const viewer = await newPage(browser);
+  const from = server.served.length;
+  await viewer.goto(link);
+  await viewer.getByTestId('shared-result').waitFor();
+  assert.deepEqual(await viewer.locator('[data-testid=bench-table] tbody tr').allInnerTexts(), bodyRows);
+  assert.match(await text(viewer, 'shared-label'), /not a new measurement: opening it downloaded no model and ran nothing\. Measured browser \(wasm32-unknown-unknown, Mozilla\/5\.0 .*HeadlessChrome.*\) on \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
+  await viewer.waitForTimeout(500);
+  const fetched = server.served.slice(from);
+  assert.ok(!fetched.some((p) => /router_worker|gguf|manifest/.test(p)), `a shared link fetched ${fetched.join(' ')}`);
+  await screenshot(viewer, 'router-shared');
+  // A damaged link is named, and the live bench is one click away.
+  await viewer.goto(`${server.url}router/#router&result=r1.AAAA`);
+  await viewer.reload();
+  assert.match(await text(viewer, 'shared-error'), /This share link cannot be shown: the shared result is damaged/);
+  assert.deepEqual(page.blocked, []);
+  assert.deepEqual(page.problems, []);
+  await viewer.context().close();
+  await page.context().close();
+});
+
+test('offline second visit reads the checkpoint from the browser cache; clearing it works', async () => {
+  // One browser context for both visits: its Cache API storage is the "second visit".
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.route('**/*', (route) => (new URL(route.request().url()).hostname === '127.0.0.1' ? route.continue() : route.abort()));
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  assert.match(await page.getByTestId('model-facts').innerText(), /downloaded from this site now/);
+  await page.close();
+
+  const again = await context.newPage();
+  const blocked = [];
+  await again.route('**/*', (route) => {
+    const url = new URL(route.request().url());
+    if (url.hostname !== '127.0.0.1') {
+      blocked.push(url.href);
+      return route.abort();
+    }
+    // The network is now "cut" for the checkpoint too: only the cache can serve it.
+    if (url.pathname.endsWith('.gguf')) return route.abort();
+    return route.continue();
+  });
+  await again.goto(`${server.url}router/#router`);
+  await loadBundled(again);
+  const facts = await again.getByTestId('model-facts').innerText();
+  assert.match(facts, /bundled, read from this browser's cache/);
+  assert.match(facts, /matches the manifest/);
+  await again.getByTestId('cache-clear').click();
+  await again.waitForFunction(() => /is not cached/.test(document.querySelector('[data-testid=storage]')?.textContent ?? ''));
+  assert.deepEqual(blocked, []);
+  await context.close();
+});
+
+test('a file that is not a GGUF is named, the page survives and keeps the inputs', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await workerReady(page);
+  await page.getByTestId('conv-user').fill('keep this text');
+  await page.getByTestId('bench-iterations').fill('3x');
+  assert.match(await page.locator('.field-error').first().textContent(), /`3x` is not a whole number/);
+  await page.getByTestId('model-file').setInputFiles({ name: 'broken.gguf', mimeType: 'application/octet-stream', buffer: Buffer.from('GGUF but not really a checkpoint') });
+  await page.waitForFunction(() => document.querySelector('[data-testid=model-status]')?.textContent === 'failed', null, { timeout: 60_000 });
+  assert.match(await text(page, 'router-alert'), /broken\.gguf: not a valid GGUF checkpoint/);
+  assert.equal(await page.getByTestId('conv-user').inputValue(), 'keep this text');
+  assert.equal(await page.getByTestId('bench-iterations').inputValue(), '3x');
+  assert.match(page.url(), /iters=3x/);
+  await page.reload();
+  assert.equal(await page.getByTestId('conv-user').inputValue(), 'keep this text', 'inputs survive a reload through the fragment');
+  // The worker still answers.
+  await loadBundled(page);
+  await page.context().close();
+});
+
+test('Cancel stops a bench between calls; a call that will not stop gets the worker restarted', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router&lengths=15&warmup=0&iters=1000`);
+  await loadBundled(page);
+  await page.getByTestId('conv-user').fill('kept across a restart');
+  await page.getByTestId('bench-run').click();
+  await page.waitForFunction(() => /iterations \d+\/2001/.test(document.querySelector('[data-testid=bench-stage]')?.textContent ?? ''), null, { timeout: 60_000 });
+  const asked = Date.now();
+  await page.getByTestId('bench-cancel').click();
+  await page.getByTestId('bench-report').waitFor({ timeout: 10_000 });
+  assert.ok(Date.now() - asked < 3000, 'cancelled within one call');
+  assert.match(await page.getByTestId('bench-report').innerText(), /Cancelled: 0 length\(s\) were measured completely/);
+  assert.equal(await text(page, 'model-status'), 'ready');
+
+  // A 1,024-token call takes far longer than the grace period: the worker is replaced.
+  await page.getByTestId('bench-lengths').fill('1024');
+  await page.getByTestId('bench-iterations').fill('1');
+  await page.getByTestId('bench-run').click();
+  await page.waitForFunction(() => /prompts ready|tokens ·/.test(document.querySelector('[data-testid=bench-stage]')?.textContent ?? ''), null, { timeout: 60_000 });
+  await page.getByTestId('bench-cancel').click();
+  await page.waitForFunction(() => /did not end within 3 s of Cancel/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''), null, { timeout: 15_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=model-status]')?.textContent === 'ready', null, { timeout: LOAD_TIMEOUT });
+  assert.match(await page.getByTestId('model-facts').innerText(), /read from this browser's cache/, 'reloaded after the restart');
+  assert.equal(await page.getByTestId('conv-user').inputValue(), 'kept across a restart');
+  assert.equal(await page.getByTestId('bench-lengths').inputValue(), '1024');
+  await screenshot(page, 'router-restarted');
+  await page.context().close();
+});
+
+test('the browser ranks like the native CLI, scores within 1e-5 (measured ≤ 1e-6)', async () => {
+  // The fixture's texts use \n line breaks: a textarea's value normalises
+  // \r\n to \n (HTML spec), so the page cannot hold anything else.
+  const cases = join(root, 'tests/e2e/fixtures/same-answers.json');
+  const conversations = JSON.parse(await readFile(cases, 'utf8'));
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  for (const mode of ['quality', 'economy']) {
+    const out = execFileSync('cargo', ['run', '--quiet', '-p', 'bench-cli', '--bin', 'router-decide', '--', '--conversations', cases, '--mode', mode], { cwd: root, encoding: 'utf8', maxBuffer: 1 << 26 });
+    const native = JSON.parse(out);
+    for (const [i, conversation] of conversations.entries()) {
+      const browserRanking = await decide(page, conversation, mode);
+      const nativeRanking = native[i].ranked.map((r) => ({ id: r.id, score: r.score }));
+      assert.deepEqual(browserRanking.map((r) => r.id), nativeRanking.map((r) => r.id), `conversation ${i + 1}, ${mode}`);
+      for (const [j, r] of browserRanking.entries()) {
+        assert.ok(Math.abs(r.score - nativeRanking[j].score) <= 1e-5, `conversation ${i + 1}, ${mode}, ${r.id}: ${r.score} vs ${nativeRanking[j].score}`);
+      }
+    }
+  }
+  await page.context().close();
+});
