@@ -8,12 +8,13 @@
 //! nothing the user typed is lost, and the model is reloaded when it had
 //! been loaded before.
 
+use bench::estimate::format_duration;
 use bench::page::RouterForm;
 use bench::report::{format_ms, Report};
 use bench::tasks::Task;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use router::{Conversation, Decision};
+use router::{Conversation, Decision, GemmProbe};
 use wasm_bindgen::JsCast;
 use wire::{Activity, BuildInfo, FromWorker, ModelInfo, Source, StorageInfo, ToWorker};
 
@@ -82,6 +83,10 @@ struct Ctx {
     report: RwSignal<Option<(Report, bool)>>,
     compare_with: RwSignal<Option<(String, Report)>>,
     share_link: RwSignal<Option<String>>,
+    gemm: RwSignal<Option<GemmProbe>>,
+    probing: RwSignal<bool>,
+    /// What the duration estimate said when the shown run started.
+    run_estimate_ms: RwSignal<Option<f64>>,
     alert: RwSignal<Option<String>>,
     worker_started: RwSignal<bool>,
     reload_when_started: RwSignal<bool>,
@@ -109,6 +114,9 @@ impl Ctx {
             report: RwSignal::new(None),
             compare_with: RwSignal::new(None),
             share_link: RwSignal::new(None),
+            run_estimate_ms: RwSignal::new(None),
+            gemm: RwSignal::new(None),
+            probing: RwSignal::new(false),
             alert: RwSignal::new(None),
             worker_started: RwSignal::new(false),
             reload_when_started: RwSignal::new(false),
@@ -150,7 +158,9 @@ impl Ctx {
     /// was loaded.
     fn restart(self, reason: String) {
         self.client.set_value(None);
-        let had_model = self.model.get_untracked().is_some() || self.status.get_untracked() == Status::Loading;
+        // Reload only a model that had loaded: a file that crashes the worker
+        // while loading would crash it again.
+        let had_model = self.model.get_untracked().is_some();
         self.status.set(Status::NotLoaded);
         self.model.set(None);
         self.load_stage.set(None);
@@ -222,6 +232,10 @@ impl Ctx {
                 self.deciding.set(false);
                 self.decision.set(Some(decision));
             }
+            FromWorker::GemmProbed { probe } => {
+                self.probing.set(false);
+                self.gemm.set(Some(probe));
+            }
             FromWorker::BenchStarted { prompts, reloaded, overall } => self.bench_progress.set(Some(BenchProgress {
                 prompts,
                 reloaded,
@@ -253,7 +267,10 @@ impl Ctx {
                         self.load_stage.set(None);
                         self.model.set(None);
                     }
-                    Activity::Decide => self.deciding.set(false),
+                    Activity::Decide => {
+                        self.deciding.set(false);
+                        self.probing.set(false);
+                    }
                     Activity::Bench => {
                         self.bench_running.set(false);
                         self.cancel_requested.set(false);
@@ -285,9 +302,18 @@ impl Ctx {
         }
     }
 
+    /// How long the protocol the inputs ask for will take here, if a model
+    /// is loaded (see `bench::estimate`).
+    fn estimate(self) -> Option<bench::estimate::Estimate> {
+        let model = self.model.get()?;
+        let protocol = self.form.with(|f| f.protocol().ok())?;
+        bench::estimate::estimate(&protocol, &model.flop_model, model.load.probe_gflops()?, model.provenance.router_max_tokens)
+    }
+
     fn run_bench(self) {
         let form = self.form.get_untracked();
         let Ok(protocol) = form.protocol() else { return };
+        self.run_estimate_ms.set(self.estimate().map(|e| e.total_ms));
         let mode = Some(form.mode).filter(|m| !m.is_empty());
         self.alert.set(None);
         let message = ToWorker::Bench { lengths: protocol.lengths, warmup: protocol.warmup, iterations: protocol.iterations, mode };
@@ -295,6 +321,14 @@ impl Ctx {
             self.bench_running.set(true);
             self.bench_progress.set(None);
             self.cancel_requested.set(false);
+        }
+    }
+
+    /// The prefill's largest projection shape at 1,024 tokens (FFN gate/up
+    /// of SmolLM2), best of 5.
+    fn probe_gemm(self) {
+        if self.send(&ToWorker::GemmProbe { m: 1024, k: 576, n: 1536, repeats: 5 }, None) {
+            self.probing.set(true);
         }
     }
 
@@ -417,8 +451,8 @@ fn ModelCard(ctx: Ctx) -> impl IntoView {
             };
             view! {
                 <div class="progress-line">
-                    {if max > 0.0 { view! { <progress data-testid="model-progress" max=max value=value></progress> }.into_any() }
-                     else { view! { <progress data-testid="model-progress"></progress> }.into_any() }}
+                    {if max > 0.0 { view! { <progress data-testid="model-progress" aria-label="Model loading progress" max=max value=value></progress> }.into_any() }
+                     else { view! { <progress data-testid="model-progress" aria-label="Model loading progress"></progress> }.into_any() }}
                     <span data-testid="model-stage">{text}</span>
                 </div>
             }
@@ -608,6 +642,46 @@ fn DecisionView(decision: Decision) -> impl IntoView {
     }
 }
 
+/// The attainable matmul rate here, and how much of it the last run's
+/// longest warm decide reached.
+#[component]
+fn GemmLine(ctx: Ctx) -> impl IntoView {
+    let reached = move |probe: &GemmProbe| {
+        let model = ctx.model.get()?;
+        let (report, _) = ctx.report.get()?;
+        let longest = report.results.iter().filter(|r| r.warm.is_some()).max_by_key(|r| r.prompt_tokens)?;
+        let gflops = model.flop_model.prefill(longest.prompt_tokens) / longest.warm?.p50 / 1e6;
+        Some(format!(
+            " The last run's warm p50 at {} tokens ran the prefill at {:.1} GFLOP/s: {:.0} % of it.",
+            longest.prompt_tokens,
+            gflops,
+            100.0 * gflops / probe.gflops
+        ))
+    };
+    view! {
+        <p class="note" data-testid="gemm-line">
+            <button type="button" class="link" data-testid="gemm-probe" disabled=move || ctx.probing.get() || ctx.bench_running.get() || ctx.status.get() != Status::Ready
+                on:click=move |_| ctx.probe_gemm()>
+                {move || if ctx.probing.get() { "Measuring this browser's matmul speed…" } else { "Measure this browser's matmul speed" }}
+            </button>
+            {move || ctx.gemm.get().map(|p| format!(
+                " GEMM [{}×{}]·[{}×{}]ᵀ, the backbone's own matmul: {:.1} GFLOP/s (best of {}, median {}).{}",
+                p.m, p.k, p.n, p.k, p.gflops, p.repeats, format_ms(p.median_ms), reached(&p).unwrap_or_default()
+            ))}
+        </p>
+    }
+}
+
+/// The calls' total time next to what was estimated before the run.
+fn took(report: &Report, estimated_ms: Option<f64>) -> String {
+    let total: f64 =
+        report.results.iter().map(|r| r.cold_ms + r.warmup_ms.iter().chain(&r.warm_ms).chain(&r.encode_and_score_ms).sum::<f64>()).sum();
+    match estimated_ms {
+        Some(e) => format!("The calls took {} in all; the estimate before the run said {}.", format_duration(total), format_duration(e)),
+        None => format!("The calls took {} in all.", format_duration(total)),
+    }
+}
+
 #[component]
 fn BenchCard(ctx: Ctx) -> impl IntoView {
     let problems = Memo::new(move |_| ctx.form.with(|f| f.protocol().err().unwrap_or_default()));
@@ -685,7 +759,7 @@ fn BenchCard(ctx: Ctx) -> impl IntoView {
             };
             view! {
                 <div class="progress-line">
-                    <progress data-testid="bench-progress" max=max value=value></progress>
+                    <progress data-testid="bench-progress" aria-label="Bench progress" max=max value=value></progress>
                     <span data-testid="bench-stage">{text}</span>
                     <button type="button" data-testid="bench-cancel" disabled=move || ctx.cancel_requested.get() on:click=move |_| ctx.cancel_bench()>
                         {move || if ctx.cancel_requested.get() { "Cancelling…" } else { "Cancel" }}
@@ -707,6 +781,17 @@ fn BenchCard(ctx: Ctx) -> impl IntoView {
                 {input("bench-iterations", "Iterations", |f| f.iterations.clone(), |f, v| f.iterations = v, "iters")}
                 <button type="button" data-testid="bench-run" disabled=move || !can_run() on:click=move |_| ctx.run_bench()>"Run the bench"</button>
             </div>
+            {move || ctx.estimate().map(|e| view! {
+                <p class="note" data-testid="bench-estimate">
+                    {format!(
+                        "Estimated on this device: about {} in all ({}), from the prefill speed loading showed ({:.1} GFLOP/s). Long prompts may take longer: attention runs below that speed.",
+                        format_duration(e.total_ms),
+                        e.per_length_ms.iter().map(|(t, ms)| format!("{t} tokens: {}", format_duration(*ms))).collect::<Vec<_>>().join(" · "),
+                        e.gflops
+                    )}
+                </p>
+            })}
+            <GemmLine ctx=ctx/>
             {progress}
             {move || ctx.report.get().map(|(report, cancelled)| {
                 let compare_with = ctx.compare_with.get();
@@ -714,6 +799,7 @@ fn BenchCard(ctx: Ctx) -> impl IntoView {
                     <div class="report" data-testid="bench-report">
                         {cancelled.then(|| view! { <p class="warning">{format!("Cancelled: {} length(s) were measured completely and are shown.", report.results.len())}</p> })}
                         <p class="note">{measured_where(&report)}</p>
+                        <p class="note" data-testid="bench-took">{took(&report, ctx.run_estimate_ms.get())}</p>
                         <ReportView report=report compare_with=compare_with/>
                         <div class="row">
                             <button type="button" data-testid="bench-export" on:click=export>"Export JSON (bench-decide's schema)"</button>

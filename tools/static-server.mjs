@@ -19,18 +19,25 @@ const types = {
   '.json': 'application/json',
   '.svg': 'image/svg+xml',
   '.png': 'image/png',
+  '.mjs': 'text/javascript',
 };
 
-/** Serves `dir` on 127.0.0.1 (port 0: any free one); returns { url, served, close }. */
-export async function serve(dir, port = 0) {
+/**
+ * Serves `dir` on 127.0.0.1 (port 0: any free one); returns { url, served, close }.
+ * Options: `mounts` maps URL prefixes to other folders (`{ '/peers/': 'tests/peers' }`);
+ * `crossOriginIsolated` sends COOP/COEP, which multi-threaded wasm (SharedArrayBuffer) needs.
+ */
+export async function serve(dir, port = 0, { mounts = {}, crossOriginIsolated = false } = {}) {
   dir = resolve(dir);
   await stat(join(dir, 'index.html')); // fail early with a clear error when the site was not built
   const served = [];
   const server = createServer(async (req, res) => {
     try {
       const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
-      let file = normalize(join(dir, path));
-      if (!file.startsWith(dir)) throw new Error('outside');
+      const mount = Object.keys(mounts).find((prefix) => path.startsWith(prefix));
+      const base = mount ? resolve(mounts[mount]) : dir;
+      let file = normalize(join(base, mount ? path.slice(mount.length) : path));
+      if (!file.startsWith(base)) throw new Error('outside');
       if ((await stat(file)).isDirectory()) {
         // `/router` → `/router/`, as static hosts do, so the page's relative URLs resolve.
         if (!path.endsWith('/')) {
@@ -42,6 +49,10 @@ export async function serve(dir, port = 0) {
       }
       let body = await readFile(file);
       const headers = { 'content-type': types[extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store' };
+      if (crossOriginIsolated) {
+        headers['cross-origin-opener-policy'] = 'same-origin';
+        headers['cross-origin-embedder-policy'] = 'require-corp';
+      }
       if (extname(file) !== '.gguf' && (req.headers['accept-encoding'] ?? '').includes('gzip')) {
         body = gzipSync(body, { level: 9 });
         headers['content-encoding'] = 'gzip';

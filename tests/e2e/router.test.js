@@ -122,6 +122,9 @@ test('load, decide, bench, export, compare and share on the real model', async (
   assert.match(await text(page, 'decide-result'), /tokens prefilled \(no truncation\)/);
   await screenshot(page, 'router-decide');
 
+  // Before a run, the page says how long the protocol will take here.
+  assert.match(await text(page, 'bench-estimate'), /^Estimated on this device: about [\d.]+ (ms|s|min) in all \(15 tokens: .* · 64 tokens: .*\), from the prefill speed loading showed \([\d.]+ GFLOP\/s\)/);
+
   // The bench: a short protocol, cold apart from warm.
   await page.getByTestId('bench-run').click();
   await page.getByTestId('bench-progress').waitFor();
@@ -130,6 +133,7 @@ test('load, decide, bench, export, compare and share on the real model', async (
   assert.match(table, /prompt tokens\tcharacters\tp50 \(warm\)\tp95 \(warm\)\tmin–max \(warm\)\tfirst call \(cold\)/);
   const bodyRows = await page.locator('[data-testid=bench-table] tbody tr').allInnerTexts();
   assert.deepEqual(bodyRows.map((r) => r.split('\t')[0]), ['15', '64']);
+  assert.match(await text(page, 'bench-took'), /^The calls took [\d.]+ (ms|s|min) in all; the estimate before the run said [\d.]+ (ms|s|min)\.$/);
   assert.match(await text(page, 'bench-conditions'), /2 iterations plus 1 warm-ups, router_max_tokens 1,024, checkpoint gguf-b179c952/);
   assert.match(await text(page, 'bench-boundaries'), /15 tokens: decide p50 [\d.]+ ms vs encode\+scores p50/);
   assert.equal(await page.locator('[data-testid=bench-plot] circle.cold').count(), 2);

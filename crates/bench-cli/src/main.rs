@@ -59,6 +59,9 @@ struct Args {
     /// Routing mode (default: the pool's default).
     #[arg(long)]
     mode: Option<String>,
+    /// Also write the prompts' routing texts (JSON), so other engines can be timed on the same texts.
+    #[arg(long)]
+    dump_prompts: Option<PathBuf>,
     /// `f32`: weights dequantized once at load (default); `quantized`: candle's quantized matmul.
     #[arg(long, default_value = "f32")]
     precision: String,
@@ -100,6 +103,13 @@ fn run(args: Args) -> Result<()> {
                 .with_context(|| format!("--lengths {n}: --prompts {}", args.prompts.display()))
         })
         .collect::<Result<Vec<_>>>()?;
+    if let Some(path) = &args.dump_prompts {
+        let texts: Vec<serde_json::Value> = prompts
+            .iter()
+            .map(|p| serde_json::json!({ "tokens": p.tokens, "characters": p.characters, "routing_text": p.conversation.routing_text() }))
+            .collect();
+        std::fs::write(path, serde_json::to_string_pretty(&texts)?).with_context(|| format!("--dump-prompts {}", path.display()))?;
+    }
     let protocol = Protocol {
         lengths: args.lengths.clone(),
         warmup: args.warmup,

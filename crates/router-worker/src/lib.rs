@@ -105,7 +105,7 @@ impl RouterWorker {
     async fn handle(self: Rc<Self>, message: ToWorker, file: Option<web_sys::File>) {
         let activity = match &message {
             ToWorker::LoadBundled | ToWorker::LoadFile { .. } => Activity::Load,
-            ToWorker::Decide { .. } => Activity::Decide,
+            ToWorker::Decide { .. } | ToWorker::GemmProbe { .. } => Activity::Decide,
             ToWorker::Bench { .. } => Activity::Bench,
             ToWorker::Storage | ToWorker::ClearCache | ToWorker::Cancel => Activity::Storage,
         };
@@ -127,6 +127,13 @@ impl RouterWorker {
             ToWorker::Bench { lengths, warmup, iterations, mode } => {
                 self.bench(Protocol { lengths, warmup, iterations, encode_iterations: iterations }, mode).await
             }
+            ToWorker::GemmProbe { m, k, n, repeats } => match router::model::gemm_probe(m, k, n, repeats) {
+                Ok(probe) => {
+                    post(&FromWorker::GemmProbed { probe });
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            },
             ToWorker::Storage => {
                 post(&FromWorker::Storage { storage: storage_info().await });
                 Ok(())
@@ -350,6 +357,7 @@ fn model_info(router: &Router, file_name: &str, bytes: u64, parts: ModelInfoPart
         read_ms: parts.read_ms,
         verify_ms: parts.verify_ms,
         load: router.load_timings,
+        flop_model: router.backbone.hparams.flop_model(),
         modes: router
             .pool
             .modes

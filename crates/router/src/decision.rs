@@ -12,6 +12,34 @@ pub struct LoadTimings {
     pub tokenizer_ms: f64,
     /// Encoding every candidate descriptor once (per pool load).
     pub descriptors_ms: f64,
+    /// FLOPs of the descriptor prefills ([`FlopModel`]): with
+    /// `descriptors_ms`, a free probe of this device's prefill speed.
+    #[serde(default)]
+    pub descriptor_flops: f64,
+}
+
+/// Floating-point operations of one prefill of `T` tokens, as
+/// `per_token × T + per_token_squared × T²`: the linear layers grow with T,
+/// attention's scores and weighted sum with T² (the causal half, as the
+/// backbone computes them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlopModel {
+    pub per_token: f64,
+    pub per_token_squared: f64,
+}
+
+impl FlopModel {
+    pub fn prefill(&self, tokens: usize) -> f64 {
+        let t = tokens as f64;
+        self.per_token * t + self.per_token_squared * t * t
+    }
+}
+
+impl LoadTimings {
+    /// The prefill speed the descriptor encoding showed, in GFLOP/s.
+    pub fn probe_gflops(&self) -> Option<f64> {
+        (self.descriptors_ms > 0.0 && self.descriptor_flops > 0.0).then(|| self.descriptor_flops / self.descriptors_ms / 1e6)
+    }
 }
 
 /// Per-stage wall time of one call, in milliseconds.
@@ -66,4 +94,17 @@ pub struct Scores {
     pub tokens_used: usize,
     pub truncated: bool,
     pub timings: StageTimings,
+}
+
+/// What `model::gemm_probe` measured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GemmProbe {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub repeats: usize,
+    pub best_ms: f64,
+    pub median_ms: f64,
+    /// From the best repeat: the attainable rate.
+    pub gflops: f64,
 }

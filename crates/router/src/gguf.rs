@@ -200,6 +200,23 @@ pub struct Hparams {
     pub context_length: usize,
 }
 
+impl Hparams {
+    /// The prefill's FLOP count: per layer and token, the q/k/v/o and
+    /// gate/up/down projections (2 FLOPs per weight); per layer, head and
+    /// causal token pair (T²/2 of them), QKᵀ and the weighted sum of V
+    /// (2 × 2 × head_dim FLOPs), as `attention::causal` computes them.
+    pub fn flop_model(&self) -> crate::FlopModel {
+        let (h, q, kv, ffn) =
+            (self.hidden as f64, (self.heads * self.head_dim) as f64, (self.kv_heads * self.head_dim) as f64, self.ffn as f64);
+        let weights_per_layer = h * q + 2.0 * h * kv + q * h + 3.0 * h * ffn;
+        let layers = self.layers as f64;
+        crate::FlopModel {
+            per_token: 2.0 * weights_per_layer * layers,
+            per_token_squared: 2.0 * (self.heads * self.head_dim) as f64 * layers,
+        }
+    }
+}
+
 /// A parsed GGUF checkpoint over the caller's bytes.
 pub struct Checkpoint<'a> {
     pub file: String,

@@ -11,6 +11,8 @@
 //! (conversations, decisions, stage timings): the web page's UI thread uses
 //! those and so never compiles or links candle, which lives in the worker.
 
+#[cfg(feature = "engine")]
+pub mod attention;
 pub mod conversation;
 pub mod decision;
 #[cfg(feature = "engine")]
@@ -31,7 +33,7 @@ pub mod synthetic;
 pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role};
-pub use decision::{Decision, LoadTimings, Ranked, Scores, StageTimings};
+pub use decision::{Decision, FlopModel, GemmProbe, LoadTimings, Ranked, Scores, StageTimings};
 #[cfg(feature = "engine")]
 pub use error::{Result, RouterError};
 #[cfg(feature = "engine")]

@@ -10,6 +10,7 @@
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
+use crate::attention;
 use crate::error::{Result, RouterError};
 use crate::gguf::{Architecture, Checkpoint, Hparams};
 
@@ -48,6 +49,39 @@ impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(self.0.forward(x)?)
     }
+}
+
+/// Times the projection GEMM a dequantized prefill runs, `[m × k]` times a
+/// `[n × k]` weight, through the very `Linear` the backbone uses, so the
+/// rate is what this build's matmul attains on this device (native or
+/// wasm32), not a separate kernel's.
+pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize) -> Result<crate::GemmProbe> {
+    // Varied values, so no kernel meets only zeros or ones.
+    let values = |len: usize, salt: usize| (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect::<Vec<f32>>();
+    let x = Tensor::from_vec(values(m * k, 1), (m, k), &Device::Cpu)?;
+    let weight = Linear(QMatMul::Tensor(Tensor::from_vec(values(n * k, 5), (n, k), &Device::Cpu)?));
+    // One untimed call: the first allocates.
+    weight.forward(&x)?;
+    let mut times = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        let started = web_time::Instant::now();
+        let y = weight.forward(&x)?;
+        // Make sure the result exists before the clock stops.
+        let _ = y.dims();
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    // A clock coarser than the call (some browsers round to 0.1 ms) must not divide by zero.
+    let best_ms = times[0].max(1e-3);
+    Ok(crate::GemmProbe {
+        m,
+        k,
+        n,
+        repeats: times.len(),
+        best_ms,
+        median_ms: times[times.len() / 2],
+        gflops: 2.0 * (m * k * n) as f64 / best_ms / 1e6,
+    })
 }
 
 fn norm_weight(ck: &Checkpoint, name: &str, size: usize) -> Result<Tensor> {
@@ -146,10 +180,8 @@ impl Backbone {
         let mut x = self.embeddings.embedding(&ids_t)?; // [t, hidden]
         let cos = self.cos.narrow(0, start, t)?;
         let sin = self.sin.narrow(0, start, t)?;
-        let mask = causal_mask(t, start)?;
         let eps = h.rms_eps as f32;
-        let scale = 1.0 / (h.head_dim as f64).sqrt();
-        let n_rep = h.heads / h.kv_heads;
+        let scale = 1.0 / (h.head_dim as f32).sqrt();
         let mut new_cache = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
             let residual = x.clone();
@@ -175,13 +207,10 @@ impl Backbone {
                 None => (k, v),
             };
             new_cache.push((k.clone(), v.clone()));
-            let k = repeat_kv(&k, n_rep)?;
-            let v = repeat_kv(&v, n_rep)?;
-            let att = (q.matmul(&k.t()?)? * scale)?;
-            let att = att.broadcast_add(&mask)?;
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let y = att.matmul(&v)?; // [1, heads, t, d]
-            let y = y.transpose(1, 2)?.reshape((t, h.heads * h.head_dim))?;
+            let shape = attention::Shape { heads: h.heads, kv_heads: h.kv_heads, tokens: t, total: start + t, head_dim: h.head_dim, start };
+            let y =
+                attention::causal(&q.flatten_all()?.to_vec1()?, &k.flatten_all()?.to_vec1()?, &v.flatten_all()?.to_vec1()?, shape, scale);
+            let y = Tensor::from_vec(y, (t, h.heads * h.head_dim), &Device::Cpu)?;
             x = (residual + layer.o.forward(&y)?)?;
             let residual = x.clone();
             let xs = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
@@ -210,20 +239,4 @@ fn rope_tables(h: &Hparams, positions: usize) -> Result<(Tensor, Tensor)> {
     let pos = Tensor::arange(0u32, positions as u32, &Device::Cpu)?.to_dtype(DType::F32)?.reshape((positions, 1))?;
     let freqs = pos.matmul(&inv)?;
     Ok((freqs.cos()?, freqs.sin()?))
-}
-
-/// `[1, 1, t, start + t]`: new token `i` sees every cached token and the new
-/// tokens up to itself.
-fn causal_mask(t: usize, start: usize) -> Result<Tensor> {
-    let total = start + t;
-    let mask: Vec<f32> = (0..t).flat_map(|i| (0..total).map(move |j| if j > start + i { f32::NEG_INFINITY } else { 0.0 })).collect();
-    Ok(Tensor::from_vec(mask, (1, 1, t, total), &Device::Cpu)?)
-}
-
-fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
-    if n_rep == 1 {
-        return Ok(x.clone());
-    }
-    let (b, kv, t, d) = x.dims4()?;
-    Ok(x.unsqueeze(2)?.expand((b, kv, n_rep, t, d))?.reshape((b, kv * n_rep, t, d))?)
 }

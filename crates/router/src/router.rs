@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use web_time::Instant;
 
-pub use crate::decision::{Decision, LoadTimings, Ranked, Scores, StageTimings};
+pub use crate::decision::{Decision, FlopModel, GemmProbe, LoadTimings, Ranked, Scores, StageTimings};
 
 use crate::conversation::Conversation;
 use crate::error::{Result, RouterError};
@@ -98,26 +98,32 @@ impl Router {
             config,
             checkpoint_id: checkpoint.id.clone(),
             weight_type: checkpoint.weight_type.clone(),
-            load_timings: LoadTimings { weights_ms, tokenizer_ms, descriptors_ms: 0.0 },
+            load_timings: LoadTimings { weights_ms, tokenizer_ms, descriptors_ms: 0.0, descriptor_flops: 0.0 },
             descriptor_matrix: Vec::new(),
         };
         let started = Instant::now();
         let count = router.pool.candidates.len();
         let mut rows = Vec::with_capacity(count);
+        let flops = router.backbone.hparams.flop_model();
+        let mut descriptor_flops = 0.0;
         for (i, candidate) in router.pool.candidates.iter().enumerate() {
             progress("descriptors", i, count);
-            rows.push(router.embed_text(&candidate.descriptor)?);
+            let (row, used) = router.embed_text(&candidate.descriptor)?;
+            rows.push(row);
+            descriptor_flops += flops.prefill(used);
         }
+        router.load_timings.descriptor_flops = descriptor_flops;
         router.descriptor_matrix = rows.concat();
         router.load_timings.descriptors_ms = ms(started);
         Ok(router)
     }
 
-    /// The embedding of a plain text, truncated like a routing text.
-    fn embed_text(&self, text: &str) -> Result<Vec<f32>> {
+    /// The embedding of a plain text, truncated like a routing text, and
+    /// the tokens prefilled.
+    fn embed_text(&self, text: &str) -> Result<(Vec<f32>, usize)> {
         let ids = self.tokenizer.encode(text)?;
         let keep = ids.len().min(self.config.max_tokens);
-        self.backbone.embed(&ids[ids.len() - keep..])
+        Ok((self.backbone.embed(&ids[ids.len() - keep..])?, keep))
     }
 
     /// Tokenise → truncate → prefill → stack → score, timing each into `t`.

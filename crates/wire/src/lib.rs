@@ -8,7 +8,7 @@
 
 use bench::report::{Provenance, Report};
 use bench::tasks::Task;
-use router::{Conversation, Decision, LoadTimings};
+use router::{Conversation, Decision, FlopModel, GemmProbe, LoadTimings};
 use serde::{Deserialize, Serialize};
 
 /// The property of a posted object holding the JSON text.
@@ -56,6 +56,13 @@ pub enum ToWorker {
     },
     /// Stop a running bench after the call in progress.
     Cancel,
+    /// Time the prefill's projection GEMM (`[m × k]` by a `[n × k]` weight).
+    GemmProbe {
+        m: usize,
+        k: usize,
+        n: usize,
+        repeats: usize,
+    },
     /// Report storage use and quota.
     Storage,
     /// Delete the cached checkpoint.
@@ -120,6 +127,8 @@ pub struct ModelInfo {
     /// Hashing for the manifest check.
     pub verify_ms: f64,
     pub load: LoadTimings,
+    /// The backbone's prefill FLOPs, for the bench's duration estimate.
+    pub flop_model: FlopModel,
     pub modes: Vec<ModeInfo>,
     pub default_mode: String,
     pub candidates: Vec<String>,
@@ -159,6 +168,9 @@ pub enum FromWorker {
     },
     Decided {
         decision: Decision,
+    },
+    GemmProbed {
+        probe: GemmProbe,
     },
     /// A bench started; the prompts' sizes, and whether the router was
     /// reloaded first so the first call is cold.

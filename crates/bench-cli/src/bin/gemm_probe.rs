@@ -1,0 +1,61 @@
+//! `gemm-probe`: the attainable rate of the backbone's own matmul on this
+//! machine (natively; the router page measures the same in the browser),
+//! printed as JSON. The peer bench divides a prefill's FLOPs by it to get the
+//! GEMM floor.
+//!
+//! ```text
+//! gemm-probe [--m 1024] [--k 576] [--n 1536] [--repeats 5] \
+//!   [--checkpoint assets/SmolLM2-135M-Instruct.Q4_1.gguf --lengths 15,256,1024]
+//! ```
+//! With `--checkpoint`, it also prints each length's prefill FLOPs for that
+//! backbone (`router::FlopModel`), so callers divide by the rate without
+//! restating the formula.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Times `[m × k]` by a `[n × k]` weight through the backbone's `Linear`.
+#[derive(Parser, Debug)]
+#[command(name = "gemm-probe", version)]
+struct Args {
+    #[arg(long, default_value_t = 1024)]
+    m: usize,
+    #[arg(long, default_value_t = 576)]
+    k: usize,
+    #[arg(long, default_value_t = 1536)]
+    n: usize,
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// A GGUF whose prefill FLOPs to print.
+    #[arg(long)]
+    checkpoint: Option<std::path::PathBuf>,
+    #[arg(long, default_value = "15,256,1024", value_delimiter = ',')]
+    lengths: Vec<usize>,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gemm-probe: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let probe = router::model::gemm_probe(args.m, args.k, args.n, args.repeats)?;
+    let mut out = serde_json::json!({ "probe": probe });
+    if let Some(path) = &args.checkpoint {
+        let bytes = bench_cli::read(path, "--checkpoint")?;
+        let checkpoint = router::gguf::Checkpoint::parse(&bytes, &path.display().to_string())?;
+        let model = checkpoint.hparams.flop_model();
+        let flops: serde_json::Map<String, serde_json::Value> =
+            args.lengths.iter().map(|&t| (t.to_string(), model.prefill(t).into())).collect();
+        out["flop_model"] = serde_json::to_value(model)?;
+        out["prefill_flops"] = flops.into();
+    }
+    println!("{out}");
+    Ok(())
+}
