@@ -40,7 +40,7 @@ pub fn format_duration(ms: f64) -> String {
         format!("{ms:.0} ms")
     } else if s < 90.0 {
         format!("{s:.0} s")
-    } else if s < 5400.0 {
+    } else if s < 3600.0 {
         format!("{:.1} min", s / 60.0)
     } else {
         let minutes = (s / 60.0).round() as u64;
