@@ -5,8 +5,50 @@
 
 use std::path::{Path, PathBuf};
 
+use std::process::ExitCode;
+
 use anyhow::{bail, Context, Result};
 use router::{Precision, Router, RouterAssets, RouterConfig};
+
+/// The flags every tool that loads a router takes, spelled once.
+#[derive(clap::Args, Debug)]
+pub struct RouterFlags {
+    /// The pool file.
+    #[arg(long, default_value = DEFAULT_POOL)]
+    pub pool: PathBuf,
+    /// A GGUF file, or a folder holding exactly one (with an optional tokenizer.json).
+    #[arg(long, default_value = DEFAULT_CHECKPOINT)]
+    pub checkpoint: PathBuf,
+    /// A tokenizer.json; by default the GGUF's own metadata (or tokenizer.json beside it).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Routing mode (default: the pool's default).
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// `f32`: weights dequantized once at load (default); `quantized`: candle's quantized matmul.
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
+}
+
+impl RouterFlags {
+    /// Loads the router these flags name; `router_max_tokens` comes from
+    /// ENTHALPY_ROUTER_MAX_TOKENS.
+    pub fn load(&self) -> Result<Loaded> {
+        let config = RouterConfig { max_tokens: max_tokens_from_env()?, precision: precision(&self.precision)?, ..RouterConfig::default() };
+        load_router(&self.checkpoint, self.tokenizer.as_deref(), &self.pool, config)
+    }
+}
+
+/// The tools' exit: 0, or the error chain on stderr and status 2.
+pub fn exit(tool: &str, outcome: Result<()>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{tool}: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
 
 pub const DEFAULT_CHECKPOINT: &str = "assets/SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const DEFAULT_POOL: &str = "configs/pool.coderouterbench.yaml";
@@ -66,7 +108,7 @@ pub fn git_revision() -> String {
 }
 
 /// `f32` or `quantized`, as the flag spells it.
-pub fn precision(flag: &str) -> Result<Precision> {
+fn precision(flag: &str) -> Result<Precision> {
     match flag {
         "f32" => Ok(Precision::DequantizedF32),
         "quantized" => Ok(Precision::Quantized),
@@ -75,7 +117,7 @@ pub fn precision(flag: &str) -> Result<Precision> {
 }
 
 /// `router_max_tokens`: ENTHALPY_ROUTER_MAX_TOKENS, else the default.
-pub fn max_tokens_from_env() -> Result<usize> {
+fn max_tokens_from_env() -> Result<usize> {
     match std::env::var("ENTHALPY_ROUTER_MAX_TOKENS") {
         Ok(v) => v
             .trim()
@@ -94,7 +136,7 @@ pub struct Loaded {
 }
 
 /// Reads the files and loads the router from their bytes.
-pub fn load_router(checkpoint: &Path, tokenizer: Option<&Path>, pool: &Path, config: RouterConfig) -> Result<Loaded> {
+fn load_router(checkpoint: &Path, tokenizer: Option<&Path>, pool: &Path, config: RouterConfig) -> Result<Loaded> {
     let (gguf_path, tokenizer_beside) = resolve_checkpoint(checkpoint)?;
     let tokenizer_path = tokenizer.map(Path::to_path_buf).or(tokenizer_beside);
     let gguf = read(&gguf_path, "--checkpoint")?;

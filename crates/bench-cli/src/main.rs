@@ -16,27 +16,16 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use bench::report::{Environment, ProtocolRecord, Provenance, Report, SCHEMA};
 use bench::Protocol;
-use bench_cli::{
-    cpu_model, git_revision, load_router, max_tokens_from_env, precision, prompt_texts, Loaded, DEFAULT_CHECKPOINT, DEFAULT_POOL,
-    DEFAULT_PROMPTS,
-};
+use bench_cli::{cpu_model, git_revision, prompt_texts, Loaded, RouterFlags, DEFAULT_PROMPTS};
 use clap::Parser;
-use router::RouterConfig;
 
 /// Times the router's complete decision: weight load, tokenizer init, the first
 /// (cold) call per prompt length, warm-ups, then timed iterations.
 #[derive(Parser, Debug)]
 #[command(name = "bench-decide", version)]
 struct Args {
-    /// The pool file.
-    #[arg(long, default_value = DEFAULT_POOL)]
-    pool: PathBuf,
-    /// A GGUF file, or a folder holding exactly one (with an optional tokenizer.json).
-    #[arg(long, default_value = DEFAULT_CHECKPOINT)]
-    checkpoint: PathBuf,
-    /// A tokenizer.json; by default the GGUF's own metadata (or tokenizer.json beside it).
-    #[arg(long)]
-    tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    router: RouterFlags,
     /// Only `cpu` exists here.
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -56,45 +45,26 @@ struct Args {
     /// Prompt texts: JSON lines with a `prompt` field, or plain text (one prompt per blank-line-separated block).
     #[arg(long, default_value = DEFAULT_PROMPTS)]
     prompts: PathBuf,
-    /// Routing mode (default: the pool's default).
-    #[arg(long)]
-    mode: Option<String>,
     /// Also write the prompts' routing texts (JSON), so other engines can be timed on the same texts.
     #[arg(long)]
     dump_prompts: Option<PathBuf>,
-    /// `f32`: weights dequantized once at load (default); `quantized`: candle's quantized matmul.
-    #[arg(long, default_value = "f32")]
-    precision: String,
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench-decide: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    bench_cli::exit("bench-decide", run(Args::parse()))
 }
 
 fn run(args: Args) -> Result<()> {
     if args.device != "cpu" {
         bail!("--device {}: only `cpu` is available (the backbone runs on candle's CPU backend)", args.device);
     }
-    let precision = precision(&args.precision)?;
-    let max_tokens = max_tokens_from_env()?;
     if args.lengths.is_empty() || args.lengths.contains(&0) {
         bail!("--lengths: give positive token counts, e.g. 15,256,1024");
     }
     let texts = prompt_texts(&args.prompts)?;
     let started_unix_ms = web_time::SystemTime::now().duration_since(web_time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    eprintln!("bench-decide: loading {}", args.checkpoint.display());
-    let Loaded { router, checkpoint_file } = load_router(
-        &args.checkpoint,
-        args.tokenizer.as_deref(),
-        &args.pool,
-        RouterConfig { max_tokens, precision, ..RouterConfig::default() },
-    )?;
+    eprintln!("bench-decide: loading {}", args.router.checkpoint.display());
+    let Loaded { router, checkpoint_file } = args.router.load()?;
     let prompts = args
         .lengths
         .iter()
@@ -125,7 +95,7 @@ fn run(args: Args) -> Result<()> {
         }
         true
     };
-    let results = bench::run(&router, &prompts, &protocol, args.mode.as_deref(), &mut progress)?;
+    let results = bench::run(&router, &prompts, &protocol, args.router.mode.as_deref(), &mut progress)?;
 
     let report = Report {
         schema: SCHEMA.into(),

@@ -35,13 +35,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gemm-probe: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    bench_cli::exit("gemm-probe", run(Args::parse()))
 }
 
 fn run(args: Args) -> anyhow::Result<()> {

@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use bench_cli::{load_router, max_tokens_from_env, precision, read, Loaded, DEFAULT_CHECKPOINT, DEFAULT_POOL};
+use bench_cli::{read, Loaded, RouterFlags};
 use clap::Parser;
-use router::{Conversation, RouterConfig};
+use router::Conversation;
 
 /// Decides each conversation in a file and prints the ranked candidates.
 #[derive(Parser, Debug)]
@@ -23,39 +23,23 @@ struct Args {
     /// A JSON array of conversations.
     #[arg(long)]
     conversations: PathBuf,
-    #[arg(long, default_value = DEFAULT_POOL)]
-    pool: PathBuf,
-    #[arg(long, default_value = DEFAULT_CHECKPOINT)]
-    checkpoint: PathBuf,
-    #[arg(long)]
-    tokenizer: Option<PathBuf>,
-    /// Routing mode (default: the pool's default).
-    #[arg(long)]
-    mode: Option<String>,
-    #[arg(long, default_value = "f32")]
-    precision: String,
+    #[command(flatten)]
+    router: RouterFlags,
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("router-decide: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    bench_cli::exit("router-decide", run(Args::parse()))
 }
 
 fn run(args: Args) -> Result<()> {
     let text = read(&args.conversations, "--conversations")?;
     let conversations: Vec<Conversation> = serde_json::from_slice(&text)
         .with_context(|| format!("--conversations {}: not a JSON array of conversations", args.conversations.display()))?;
-    let config = RouterConfig { max_tokens: max_tokens_from_env()?, precision: precision(&args.precision)?, ..RouterConfig::default() };
-    let Loaded { router, .. } = load_router(&args.checkpoint, args.tokenizer.as_deref(), &args.pool, config)?;
+    let Loaded { router, .. } = args.router.load()?;
     let decisions = conversations
         .iter()
         .enumerate()
-        .map(|(i, c)| router.decide(c, args.mode.as_deref()).with_context(|| format!("conversation {}", i + 1)))
+        .map(|(i, c)| router.decide(c, args.router.mode.as_deref()).with_context(|| format!("conversation {}", i + 1)))
         .collect::<Result<Vec<_>>>()?;
     println!("{}", serde_json::to_string_pretty(&decisions)?);
     Ok(())
