@@ -26,8 +26,9 @@ const types = {
  * Serves `dir` on 127.0.0.1 (port 0: any free one); returns { url, served, close }.
  * Options: `mounts` maps URL prefixes to other folders (`{ '/peers/': 'tests/peers' }`);
  * `crossOriginIsolated` sends COOP/COEP, which multi-threaded wasm (SharedArrayBuffer) needs.
+ * `record` keeps the list of paths answered (tests read it; the long-running server does not keep it).
  */
-export async function serve(dir, port = 0, { mounts = {}, crossOriginIsolated = false } = {}) {
+export async function serve(dir, port = 0, { mounts = {}, crossOriginIsolated = false, record = true } = {}) {
   dir = resolve(dir);
   await stat(join(dir, 'index.html')); // fail early with a clear error when the site was not built
   const served = [];
@@ -58,7 +59,7 @@ export async function serve(dir, port = 0, { mounts = {}, crossOriginIsolated = 
         headers['content-encoding'] = 'gzip';
       }
       headers['content-length'] = body.length;
-      served.push(path);
+      if (record) served.push(path);
       res.writeHead(200, headers);
       res.end(body);
     } catch {
@@ -79,6 +80,6 @@ export async function serve(dir, port = 0, { mounts = {}, crossOriginIsolated = 
 
 if (import.meta.url === pathToFileURL(process.argv[1]).href) {
   const [dir = 'pkg', port = '8080'] = process.argv.slice(2);
-  const { url } = await serve(dir, Number(port));
+  const { url } = await serve(dir, Number(port), { record: false });
   console.log(`serving ${dir} on ${url}  (router page: ${url}router/, widget: ${url}?embed=kv)`);
 }

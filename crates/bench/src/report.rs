@@ -124,9 +124,9 @@ pub fn component_versions(rustc: &str) -> BTreeMap<String, String> {
     versions
 }
 
-/// Kept equal to the workspace's pinned versions (Cargo.toml); a test checks it.
+/// The versions Cargo.lock resolves; a test below fails when they drift.
 pub const CANDLE_VERSION: &str = "0.11.1";
-pub const TOKENIZERS_VERSION: &str = "0.23.1";
+pub const TOKENIZERS_VERSION: &str = "0.23.2";
 
 #[cfg(feature = "engine")]
 impl Provenance {
@@ -220,5 +220,20 @@ impl Report {
             })
             .collect::<Vec<_>>()
             .join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The versions every report records are the ones actually built.
+    #[test]
+    fn recorded_versions_are_the_locked_ones() {
+        let lock = include_str!("../../../Cargo.lock");
+        for (name, version) in [("candle-core", CANDLE_VERSION), ("tokenizers", TOKENIZERS_VERSION)] {
+            let entry = format!("name = \"{name}\"\nversion = \"{version}\"\n");
+            assert!(lock.contains(&entry), "Cargo.lock does not lock {name} {version}");
+        }
     }
 }

@@ -157,9 +157,7 @@ impl RouterWorker {
 
     async fn load_bundled(&self) -> Result<(), String> {
         progress("reading the model manifest", 0, None);
-        let manifest_text = io::fetch_text(MANIFEST_URL).await?;
-        let manifest: Manifest = serde_json::from_str(&manifest_text).map_err(|e| format!("{MANIFEST_URL}: not a model manifest: {e}"))?;
-        let model: ManifestModel = manifest.models.into_iter().next().ok_or_else(|| format!("{MANIFEST_URL}: lists no model"))?;
+        let model = manifest_model().await?;
         let cache = io::open_cache().await;
         let hit = match &cache {
             Ok(cache) => io::cached(cache, &model.file).await,
@@ -375,9 +373,9 @@ async fn storage_info() -> StorageInfo {
         Err(e) => (None, None, e),
     };
     let model_cached = match io::open_cache().await {
-        Ok(cache) => match manifest_file().await {
-            Some(file) => io::cached(&cache, &file).await.is_some(),
-            None => false,
+        Ok(cache) => match manifest_model().await {
+            Ok(model) => io::cached(&cache, &model.file).await.is_some(),
+            Err(_) => false,
         },
         Err(e) => {
             note = e;
@@ -387,10 +385,11 @@ async fn storage_info() -> StorageInfo {
     StorageInfo { usage_bytes, quota_bytes, model_cached, note }
 }
 
-async fn manifest_file() -> Option<String> {
-    let text = io::fetch_text(MANIFEST_URL).await.ok()?;
-    let manifest: Manifest = serde_json::from_str(&text).ok()?;
-    manifest.models.into_iter().next().map(|m| m.file)
+/// The bundled checkpoint the site's manifest lists.
+async fn manifest_model() -> Result<ManifestModel, String> {
+    let text = io::fetch_text(MANIFEST_URL).await?;
+    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| format!("{MANIFEST_URL}: not a model manifest: {e}"))?;
+    manifest.models.into_iter().next().ok_or_else(|| format!("{MANIFEST_URL}: lists no model"))
 }
 
 /// Where the bench ran: what a page may know about its machine.
