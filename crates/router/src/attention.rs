@@ -4,12 +4,17 @@
 //! The straightforward tensor version computes every query against every key
 //! (twice the work causality needs), writes four `[heads × T × T]` tensors per
 //! layer (scores, scaled, masked, softmaxed: 150 MB per layer at 1,024
-//! tokens) and calls `exp` through libm for each of them. Here each query row
-//! walks only the keys it may see, its scores live in one reused row buffer,
-//! and `exp` is a branch-free polynomial that vectorises. The inner loops keep
-//! eight independent partial sums, which LLVM turns into SIMD on every target
-//! (SSE/AVX natively, simd128 in the browser) with the same order of
-//! operations, so native and wasm results agree to rounding.
+//! tokens) and calls `exp` through libm for each of them. Here a block of
+//! query rows meets only the keys its last row may see, as two small matrix
+//! products on `kernels`' micro-kernel (scores, then weights × values) with
+//! a causal softmax between them in one block-sized buffer; `exp` is a
+//! branch-free polynomial that vectorises. Blocks and heads are independent
+//! tasks for `parallel`, so results do not depend on the thread count.
+
+#![allow(unsafe_code)]
+
+use crate::kernels::{gemm_panel, Packed, NR};
+use crate::parallel::{self, SharedMut};
 
 /// The shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -29,103 +34,83 @@ pub struct Shape {
 /// row-major. Query `i` (position `start + i`) attends to keys `0..=start + i`;
 /// query head `h` reads K/V head `h / (heads / kv_heads)`. Returns
 /// `[tokens, heads × d]`, the layout the output projection takes.
+///
+/// Work is cut into (head, block of query rows) tasks for the thread pool;
+/// within a task the scores of a block against its visible keys and the
+/// weighted sum of values are two small matrix products on the same
+/// micro-kernel as the projections, so the attention runs at GEMM speed
+/// rather than one dot product per key.
 pub fn causal(q: &[f32], k: &[f32], v: &[f32], s: Shape, scale: f32) -> Vec<f32> {
     let d = s.head_dim;
-    // Heads are independent: each fills its own `[tokens × d]` block, and the
-    // blocks are interleaved into `[tokens, heads × d]` at the end.
-    let mut per_head = vec![0f32; s.heads * s.tokens * d];
-    let blocks: Vec<(usize, &mut [f32])> = per_head.chunks_mut(s.tokens * d).enumerate().collect();
-    for_each_head(blocks, |h, block| head(q, k, v, s, scale, h, block));
+    let group = (s.heads / s.kv_heads.max(1)).max(1);
+    // Keys as "weights" `[total × d]`, packed once per K/V head; values are
+    // read in place when their rows split into whole panels, else padded.
+    let keys: Vec<Packed> = (0..s.kv_heads).map(|g| Packed::from_rows(&k[g * s.total * d..(g + 1) * s.total * d], s.total, d)).collect();
+    let padded = d.div_ceil(NR) * NR;
+    let values: Vec<std::borrow::Cow<'_, [f32]>> = (0..s.kv_heads)
+        .map(|g| {
+            let vg = &v[g * s.total * d..(g + 1) * s.total * d];
+            if padded == d {
+                std::borrow::Cow::Borrowed(vg)
+            } else {
+                let mut copy = vec![0f32; s.total * padded];
+                for (dst, src) in copy.chunks_exact_mut(padded).zip(vg.chunks_exact(d)) {
+                    dst[..d].copy_from_slice(src);
+                }
+                std::borrow::Cow::Owned(copy)
+            }
+        })
+        .collect();
     let mut out = vec![0f32; s.tokens * s.heads * d];
-    for (h, block) in per_head.chunks_exact(s.tokens * d).enumerate() {
-        for (i, row) in block.chunks_exact(d).enumerate() {
-            out[(i * s.heads + h) * d..(i * s.heads + h + 1) * d].copy_from_slice(row);
-        }
-    }
+    let out_ptr = SharedMut(out.as_mut_ptr());
+    let blocks = s.tokens.div_ceil(QUERY_BLOCK);
+    // Task t: the latest (longest) query blocks first, so the pool's last
+    // tasks are its shortest.
+    parallel::for_each(s.heads * blocks, |t| {
+        let (h, block) = (t % s.heads, blocks - 1 - t / s.heads);
+        let rows = block * QUERY_BLOCK..((block + 1) * QUERY_BLOCK).min(s.tokens);
+        let g = h / group;
+        let q_rows = &q[(h * s.tokens + rows.start) * d..(h * s.tokens + rows.end) * d];
+        // SAFETY: this task alone writes rows `rows` × columns of head `h`.
+        unsafe { query_block(q_rows, rows, &keys[g], &values[g], padded, s, scale, out_ptr.ptr().add(h * d)) };
+    });
     out
 }
 
-/// Natively, heads are spread over the available cores (as candle spreads
-/// its matmuls); wasm32 without threads runs them in turn. Same arithmetic
-/// either way: a head's result does not depend on which thread ran it.
-#[cfg(not(target_arch = "wasm32"))]
-fn for_each_head(blocks: Vec<(usize, &mut [f32])>, work: impl Fn(usize, &mut [f32]) + Sync) {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(blocks.len()).max(1);
-    let per_thread = blocks.len().div_ceil(threads);
-    let mut blocks = blocks;
-    std::thread::scope(|scope| {
-        while !blocks.is_empty() {
-            let rest = blocks.split_off(per_thread.min(blocks.len()));
-            let mine = std::mem::replace(&mut blocks, rest);
-            let work = &work;
-            scope.spawn(move || {
-                for (h, block) in mine {
-                    work(h, block);
-                }
-            });
-        }
-    });
-}
+/// Query rows per task.
+const QUERY_BLOCK: usize = 32;
 
-#[cfg(target_arch = "wasm32")]
-fn for_each_head(blocks: Vec<(usize, &mut [f32])>, work: impl Fn(usize, &mut [f32]) + Sync) {
-    for (h, block) in blocks {
-        work(h, block);
-    }
-}
-
-/// One query head: `out` is its `[tokens × d]` block.
-fn head(q: &[f32], k: &[f32], v: &[f32], s: Shape, scale: f32, h: usize, out: &mut [f32]) {
+/// One head's block of query rows: scores against every key the block's last
+/// row may see, a causal softmax per row (a row's later keys get weight 0),
+/// then the weighted values, written at `out` with row stride `heads × d`.
+///
+/// SAFETY: `out` is valid for the block's rows at that stride, and only this
+/// call writes those `d` columns of them.
+#[allow(clippy::too_many_arguments)]
+unsafe fn query_block(q: &[f32], rows: std::ops::Range<usize>, keys: &Packed, values: &[f32], ldv: usize, s: Shape, scale: f32, out: *mut f32) {
     let d = s.head_dim;
-    let g = h / (s.heads / s.kv_heads.max(1)).max(1);
-    let kh = &k[g * s.total * d..(g + 1) * s.total * d];
-    let vh = &v[g * s.total * d..(g + 1) * s.total * d];
-    let mut row = vec![0f32; s.total];
-    for i in 0..s.tokens {
-        let qi = &q[(h * s.tokens + i) * d..(h * s.tokens + i + 1) * d];
-        let visible = s.start + i + 1;
-        let scores = &mut row[..visible];
-        for (score, kj) in scores.iter_mut().zip(kh.chunks_exact(d)) {
-            *score = dot(qi, kj) * scale;
-        }
-        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let m = rows.len();
+    let visible_max = s.start + rows.end;
+    let mut p = vec![0f32; m * visible_max];
+    keys.matmul_prefix_into(q, m, visible_max, &mut p);
+    for (r, row) in p.chunks_exact_mut(visible_max).enumerate() {
+        let visible = s.start + rows.start + r + 1;
+        let (seen, hidden) = row.split_at_mut(visible);
+        let max = seen.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) * scale;
         let mut sum = 0.0f32;
-        for score in scores.iter_mut() {
-            *score = exp(*score - max);
+        for score in seen.iter_mut() {
+            *score = exp(*score * scale - max);
             sum += *score;
         }
         let inv = 1.0 / sum;
-        let o = &mut out[i * d..(i + 1) * d];
-        for (&p, vj) in scores.iter().zip(vh.chunks_exact(d)) {
-            axpy(o, p * inv, vj);
-        }
+        seen.iter_mut().for_each(|x| *x *= inv);
+        hidden.fill(0.0);
     }
-}
-
-/// Dot product with eight independent lanes (vectorises without reassociating
-/// any single sum), then a fixed pairwise reduction.
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let mut tail = 0.0;
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        tail += x * y;
-    }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
-}
-
-/// `o += a × x`.
-#[inline]
-fn axpy(o: &mut [f32], a: f32, x: &[f32]) {
-    for (oi, xi) in o.iter_mut().zip(x) {
-        *oi += a * xi;
+    for panel in 0..ldv / NR {
+        let cols = NR.min(d - panel * NR);
+        // SAFETY: per this function's contract; `values` has `visible_max`
+        // rows of `ldv` values.
+        unsafe { gemm_panel(&p, m, visible_max, &values[panel * NR..], ldv, out.add(rows.start * s.heads * d + panel * NR), s.heads * d, cols) };
     }
 }
 
@@ -139,10 +124,12 @@ pub fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     let x = x.clamp(-87.0, 88.0);
-    // floor(y + 0.5) rather than round(): one instruction on every target
-    // (f32x4.floor in simd128), where round() is a libm call that stops the
-    // loop from vectorising.
-    let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
+    // round(y) as floor(y + 0.5), and floor as a truncating conversion of a
+    // value shifted positive (y + 0.5 + 128 > 0 on the clamped range): one
+    // instruction on every target (i32x4.trunc_sat_f32x4_s in simd128,
+    // cvttps2dq natively), where round() and floor() are libm calls on
+    // baseline x86_64 and stop the loop from vectorising.
+    let n = ((x * std::f32::consts::LOG2_E + 128.5) as i32 - 128) as f32;
     let r = (x - n * LN2_HI) - n * LN2_LO;
     // Taylor coefficients 1/k! up to k = 6: on |r| ≤ 0.347 the truncation
     // error is below 1e-8 relative.

@@ -20,7 +20,11 @@ pub mod error;
 #[cfg(feature = "engine")]
 pub mod gguf;
 #[cfg(feature = "engine")]
+pub mod kernels;
+#[cfg(feature = "engine")]
 pub mod model;
+#[cfg(feature = "engine")]
+pub mod parallel;
 #[cfg(feature = "engine")]
 pub mod pool;
 #[cfg(feature = "engine")]

@@ -1,0 +1,432 @@
+//! The prefill's f32 matrix kernels: one register-blocked micro-kernel,
+//! written once over a small vector trait, compiled for wasm32 SIMD128
+//! (with relaxed-SIMD fused multiply–add when the build enables it), for
+//! x86_64 AVX2+FMA (detected at run time) and for plain Rust elsewhere.
+//!
+//! Why our own: in the browser the prefill is all matmuls, and the generic
+//! GEMM candle ships reaches a fraction of what SIMD128 allows; a router's
+//! prefill has a fixed shape (a few hundred to a few thousand rows against
+//! weights that never change), so the weights are repacked once at load into
+//! the panels the micro-kernel streams, and the activations are read in place.
+//!
+//! Layout: `C[m × n] = A[m × k] · Bᵀ` with `B` a weight stored `[n × k]` (out ×
+//! in, as GGUF stores it). [`Packed`] holds `B` as panels of [`NR`] columns,
+//! each panel `k` rows of `NR` contiguous values, zero-padded at the right edge.
+//! The same micro-kernel also multiplies by an unpacked row-major matrix
+//! whose column count is a multiple of `NR` (attention's values).
+
+#![allow(unsafe_code)]
+
+use crate::parallel::{self, SharedMut};
+
+/// Columns per panel: two SIMD128 vectors, one AVX2 vector.
+pub const NR: usize = 8;
+/// Rows of `k` per block: a block of one panel (8 KiB) stays in L1 while every
+/// row tile of `A` streams past it.
+const KC: usize = 256;
+
+/// A weight repacked for the micro-kernel.
+#[derive(Debug, Clone)]
+pub struct Packed {
+    /// Output features (columns of `C`).
+    pub n: usize,
+    /// Input features (the shared dimension).
+    pub k: usize,
+    panels: Vec<f32>,
+}
+
+impl Packed {
+    /// Packs a row-major `[n × k]` weight. Panics only if `rows` is shorter
+    /// than `n × k` (a programming error: the loader checks shapes first).
+    pub fn from_rows(rows: &[f32], n: usize, k: usize) -> Packed {
+        assert!(rows.len() >= n * k, "weight of {} values for [{n} × {k}]", rows.len());
+        let panel_count = n.div_ceil(NR);
+        let mut panels = vec![0f32; panel_count * k * NR];
+        for (p, panel) in panels.chunks_exact_mut(k * NR).enumerate() {
+            for c in 0..NR.min(n - p * NR) {
+                let row = &rows[(p * NR + c) * k..(p * NR + c + 1) * k];
+                for (kk, &value) in row.iter().enumerate() {
+                    panel[kk * NR + c] = value;
+                }
+            }
+        }
+        Packed { n, k, panels }
+    }
+
+    /// Packs from a row-producing closure, so a loader can dequantise one
+    /// row at a time instead of holding the whole f32 matrix twice.
+    pub fn from_row_fn(n: usize, k: usize, mut row: impl FnMut(usize, &mut [f32])) -> Packed {
+        let panel_count = n.div_ceil(NR);
+        let mut panels = vec![0f32; panel_count * k * NR];
+        let mut buffer = vec![0f32; k];
+        for r in 0..n {
+            row(r, &mut buffer);
+            let panel = &mut panels[(r / NR) * k * NR..(r / NR + 1) * k * NR];
+            let c = r % NR;
+            for (kk, &value) in buffer.iter().enumerate() {
+                panel[kk * NR + c] = value;
+            }
+        }
+        Packed { n, k, panels }
+    }
+
+    /// Bytes held (for memory accounting).
+    pub fn bytes(&self) -> usize {
+        self.panels.len() * 4
+    }
+
+    /// `a` is `[m × k]` row-major; returns `[m × n]` row-major. Column panels
+    /// are spread over the pool's threads.
+    pub fn matmul(&self, a: &[f32], m: usize) -> Vec<f32> {
+        assert_eq!(a.len(), m * self.k, "activations of {} values for [{m} × {}]", a.len(), self.k);
+        let mut c = vec![0f32; m * self.n];
+        let panel_count = self.n.div_ceil(NR);
+        // Enough tasks to balance uneven threads, few enough that each keeps
+        // a useful run of panels.
+        let tasks = if m * self.n * self.k < 1 << 18 { 1 } else { (parallel::threads() * 4).min(panel_count) };
+        let per_task = panel_count.div_ceil(tasks.max(1));
+        let out = SharedMut(c.as_mut_ptr());
+        parallel::for_each(panel_count.div_ceil(per_task), |t| {
+            let panels = t * per_task..((t + 1) * per_task).min(panel_count);
+            for p in panels {
+                let b = &self.panels[p * self.k * NR..(p + 1) * self.k * NR];
+                let cols = NR.min(self.n - p * NR);
+                // SAFETY: each task writes only the columns of its own panels.
+                unsafe { gemm_panel(a, m, self.k, b, NR, out.ptr().add(p * NR), self.n, cols) };
+            }
+        });
+        c
+    }
+
+    /// `out[m × cols] = a[m × k] · B[..cols]ᵀ` on the calling thread only:
+    /// the first `cols` output columns, for callers that are themselves a
+    /// pool task (attention's scores against the keys a block may see).
+    pub fn matmul_prefix_into(&self, a: &[f32], m: usize, cols: usize, out: &mut [f32]) {
+        assert!(cols <= self.n && a.len() >= m * self.k && out.len() >= m * cols);
+        for p in 0..cols.div_ceil(NR) {
+            let b = &self.panels[p * self.k * NR..(p + 1) * self.k * NR];
+            // SAFETY: `out` holds m rows of `cols` values, borrowed mutably here.
+            unsafe { gemm_panel(a, m, self.k, b, NR, out.as_mut_ptr().add(p * NR), cols, NR.min(cols - p * NR)) };
+        }
+    }
+}
+
+/// `C[m × cols] (+)= A[m × k] · B[k × NR]` for one column panel: `b` holds `k`
+/// rows of `NR` values with stride `ldb`; `c` points at the panel's first
+/// column in a row-major matrix with stride `ldc`. `C` is overwritten.
+///
+/// SAFETY: `c` must be valid for `m` rows of `cols` values at stride `ldc`,
+/// and not written by anyone else meanwhile.
+pub(crate) unsafe fn gemm_panel(a: &[f32], m: usize, k: usize, b: &[f32], ldb: usize, c: *mut f32, ldc: usize, cols: usize) {
+    debug_assert!(a.len() >= m * k && b.len() >= (k.max(1) - 1) * ldb + NR.min(b.len()));
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = KC.min(k - k0);
+        let mut r0 = 0;
+        while r0 < m {
+            let rows = MR.min(m - r0);
+            let mut tile = [0f32; MR * NR];
+            micro(rows, kc, &a[r0 * k + k0..], k, &b[k0 * ldb..], ldb, &mut tile);
+            for r in 0..rows {
+                // SAFETY: row r0 + r < m, columns < cols ≤ NR, per the caller.
+                let dst = unsafe { std::slice::from_raw_parts_mut(c.add((r0 + r) * ldc), cols) };
+                let src = &tile[r * NR..r * NR + cols];
+                if k0 == 0 {
+                    dst.copy_from_slice(src);
+                } else {
+                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+                }
+            }
+            r0 += rows;
+        }
+        k0 += kc;
+    }
+}
+
+/// Rows per register tile. Eight rows × one 8-lane vector on AVX2; on
+/// SIMD128 four rows × two 4-lane vectors (eight accumulators, two B vectors
+/// and a broadcast: 11 of the 16 registers V8 has on x86_64). The shared
+/// tile buffer is sized for the larger.
+const MR: usize = 8;
+
+/// One tile: `out[rows × NR] = A[rows × kc] · B[kc × NR]`.
+fn micro(rows: usize, kc: usize, a: &[f32], lda: usize, b: &[f32], ldb: usize, out: &mut [f32; MR * NR]) {
+    assert!(rows <= MR && a.len() >= (rows - 1) * lda + kc && b.len() >= (kc - 1) * ldb + NR);
+    #[cfg(target_arch = "wasm32")]
+    {
+        // Four-row tiles on SIMD128; a tile of up to eight rows is two calls.
+        let mut r = 0;
+        while r < rows {
+            let now = 4.min(rows - r);
+            let (_, rest) = out.split_at_mut(r * NR);
+            // SAFETY: bounds asserted above.
+            unsafe { dispatch_rows::<simd128::V, 2>(now, kc, a[r * lda..].as_ptr(), lda, b.as_ptr(), ldb, rest.as_mut_ptr()) };
+            r += now;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2 and FMA; bounds asserted above.
+            unsafe { avx2::micro(rows, kc, a.as_ptr(), lda, b.as_ptr(), ldb, out.as_mut_ptr()) };
+            return;
+        }
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let mut r = 0;
+        while r < rows {
+            let now = 4.min(rows - r);
+            let (_, rest) = out.split_at_mut(r * NR);
+            // SAFETY: bounds asserted above.
+            unsafe { dispatch_rows::<portable::V, 2>(now, kc, a[r * lda..].as_ptr(), lda, b.as_ptr(), ldb, rest.as_mut_ptr()) };
+            r += now;
+        }
+    }
+}
+
+/// A vector of `WIDTH` f32 lanes.
+trait Lanes: Copy {
+    const WIDTH: usize;
+    fn zero() -> Self;
+    /// SAFETY: `p` is valid for `WIDTH` reads.
+    unsafe fn load(p: *const f32) -> Self;
+    /// SAFETY: `p` is valid for one read.
+    unsafe fn splat(p: *const f32) -> Self;
+    /// SAFETY: `p` is valid for `WIDTH` writes.
+    unsafe fn store(self, p: *mut f32);
+    /// `self + a × b`, fused where the target has it.
+    fn mul_add(self, a: Self, b: Self) -> Self;
+}
+
+/// Picks the compile-time row count, so every accumulator is a register.
+#[inline(always)]
+unsafe fn dispatch_rows<L: Lanes, const V: usize>(rows: usize, kc: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, out: *mut f32) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match rows {
+            8 => tile::<L, 8, V>(kc, a, lda, b, ldb, out),
+            7 => tile::<L, 7, V>(kc, a, lda, b, ldb, out),
+            6 => tile::<L, 6, V>(kc, a, lda, b, ldb, out),
+            5 => tile::<L, 5, V>(kc, a, lda, b, ldb, out),
+            4 => tile::<L, 4, V>(kc, a, lda, b, ldb, out),
+            3 => tile::<L, 3, V>(kc, a, lda, b, ldb, out),
+            2 => tile::<L, 2, V>(kc, a, lda, b, ldb, out),
+            _ => tile::<L, 1, V>(kc, a, lda, b, ldb, out),
+        }
+    }
+}
+
+/// The micro-kernel: `R` rows × `V` vectors of accumulators, one pass over `kc`.
+#[inline(always)]
+unsafe fn tile<L: Lanes, const R: usize, const V: usize>(kc: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, out: *mut f32) {
+    let mut acc = [[L::zero(); V]; R];
+    // SAFETY: the caller guarantees `a` has R rows of kc values at stride
+    // lda, `b` kc rows of V × WIDTH values at stride ldb, `out` R × NR values.
+    unsafe {
+        for kk in 0..kc {
+            let row = b.add(kk * ldb);
+            let bv: [L; V] = std::array::from_fn(|v| L::load(row.add(v * L::WIDTH)));
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let av = L::splat(a.add(r * lda + kk));
+                for (acc_rv, &bvv) in acc_r.iter_mut().zip(&bv) {
+                    *acc_rv = acc_rv.mul_add(av, bvv);
+                }
+            }
+        }
+        for (r, acc_r) in acc.iter().enumerate() {
+            for (v, acc_rv) in acc_r.iter().enumerate() {
+                acc_rv.store(out.add(r * NR + v * L::WIDTH));
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+mod simd128 {
+    use super::Lanes;
+    use core::arch::wasm32::*;
+
+    #[derive(Clone, Copy)]
+    pub struct V(v128);
+
+    impl Lanes for V {
+        const WIDTH: usize = 4;
+        #[inline(always)]
+        fn zero() -> V {
+            V(f32x4_splat(0.0))
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> V {
+            // SAFETY: per the trait.
+            V(unsafe { v128_load(p as *const v128) })
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> V {
+            // SAFETY: per the trait.
+            V(unsafe { v128_load32_splat(p as *const u32) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: per the trait.
+            unsafe { v128_store(p as *mut v128, self.0) }
+        }
+        #[inline(always)]
+        fn mul_add(self, a: V, b: V) -> V {
+            // Relaxed SIMD's madd is one fused instruction where the engine
+            // has FMA (and a multiply then an add where it has not); plain
+            // SIMD128 has no fused form.
+            #[cfg(target_feature = "relaxed-simd")]
+            {
+                V(f32x4_relaxed_madd(a.0, b.0, self.0))
+            }
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            {
+                V(f32x4_add(self.0, f32x4_mul(a.0, b.0)))
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod portable {
+    use super::Lanes;
+
+    /// Four lanes in plain Rust; LLVM maps it to the target's SIMD.
+    #[derive(Clone, Copy)]
+    pub struct V([f32; 4]);
+
+    impl Lanes for V {
+        const WIDTH: usize = 4;
+        #[inline(always)]
+        fn zero() -> V {
+            V([0.0; 4])
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> V {
+            // SAFETY: per the trait.
+            V(unsafe { std::ptr::read_unaligned(p as *const [f32; 4]) })
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> V {
+            // SAFETY: per the trait.
+            V([unsafe { *p }; 4])
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: per the trait.
+            unsafe { std::ptr::write_unaligned(p as *mut [f32; 4], self.0) }
+        }
+        #[inline(always)]
+        fn mul_add(self, a: V, b: V) -> V {
+            V(std::array::from_fn(|i| self.0[i] + a.0[i] * b.0[i]))
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Lanes, NR};
+    use std::arch::x86_64::*;
+
+    pub fn available() -> bool {
+        use std::sync::OnceLock;
+        static AVAILABLE: OnceLock<bool> = OnceLock::new();
+        *AVAILABLE.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+
+    #[derive(Clone, Copy)]
+    pub struct V(__m256);
+
+    impl Lanes for V {
+        const WIDTH: usize = 8;
+        #[inline(always)]
+        fn zero() -> V {
+            // SAFETY: only reached from `micro`, which has AVX2 enabled.
+            V(unsafe { _mm256_setzero_ps() })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> V {
+            // SAFETY: per the trait.
+            V(unsafe { _mm256_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> V {
+            // SAFETY: per the trait.
+            V(unsafe { _mm256_broadcast_ss(&*p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: per the trait.
+            unsafe { _mm256_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        fn mul_add(self, a: V, b: V) -> V {
+            // SAFETY: only reached from `micro`, which has FMA enabled.
+            V(unsafe { _mm256_fmadd_ps(a.0, b.0, self.0) })
+        }
+    }
+
+    const _: () = assert!(NR == 8, "one AVX2 vector per panel row");
+
+    /// SAFETY: the CPU has AVX2 and FMA; pointers as for `super::tile`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn micro(rows: usize, kc: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, out: *mut f32) {
+        // SAFETY: forwarded.
+        unsafe { super::dispatch_rows::<V, 1>(rows, kc, a, lda, b, ldb, out) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(len: usize, salt: u32) -> Vec<f32> {
+        let mut state = 0x2545_f491u32 ^ salt;
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn naive(a: &[f32], m: usize, w: &[f32], n: usize, k: usize) -> Vec<f32> {
+        let mut c = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|x| a[i * k + x] as f64 * w[j * k + x] as f64).sum::<f64>() as f32;
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn packed_matmul_matches_the_definition_at_awkward_shapes() {
+        for (m, n, k) in [(1, 1, 1), (3, 5, 7), (15, 576, 576), (17, 9, 300), (64, 24, 513), (9, 1536, 40)] {
+            let a = data(m * k, 1);
+            let w = data(n * k, 2);
+            let packed = Packed::from_rows(&w, n, k);
+            let by_fn = Packed::from_row_fn(n, k, |r, row| row.copy_from_slice(&w[r * k..(r + 1) * k]));
+            assert_eq!(packed.panels, by_fn.panels);
+            let ours = packed.matmul(&a, m);
+            let want = naive(&a, m, &w, n, k);
+            let worst = ours.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            assert!(worst < 1e-4 * (k as f32).sqrt(), "[{m}×{k}]·[{n}×{k}]ᵀ: worst |difference| {worst}");
+        }
+    }
+
+    #[test]
+    fn threads_do_not_change_the_bits() {
+        let (m, n, k) = (33, 200, 96);
+        let (a, w) = (data(m * k, 3), data(n * k, 4));
+        let packed = Packed::from_rows(&w, n, k);
+        let all = packed.matmul(&a, m);
+        // Row by row, each call is below the parallel threshold.
+        for i in 0..m {
+            assert_eq!(packed.matmul(&a[i * k..(i + 1) * k], 1), all[i * n..(i + 1) * n]);
+        }
+    }
+}

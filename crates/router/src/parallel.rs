@@ -1,0 +1,216 @@
+//! A fork–join pool of helper threads, one source for native and wasm32.
+//!
+//! The prefill's matmuls and attention heads split into independent tasks
+//! (column panels, heads). `for_each(tasks, work)` runs `work(i)` for every
+//! `i` on the calling thread plus whichever helpers are attached, and returns
+//! when all are done. Helpers are plain threads that call [`serve`] and never
+//! return: natively `std::thread::spawn` starts them; in the browser the
+//! router worker starts Web Workers that share its wasm memory (the threads
+//! build, `+atomics`) and each calls the exported entry point that calls
+//! [`serve`]. Without helpers (the single-thread wasm build, or before the
+//! Web Workers have started) the caller runs every task itself, so nothing
+//! waits for a helper that never comes.
+//!
+//! Splitting never changes arithmetic: a task's result does not depend on
+//! which thread ran it, so one thread and many give identical bits.
+
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+
+/// The job being run: the work closure (lifetime erased, see `for_each`),
+/// the number of tasks, and the next unclaimed task index.
+#[derive(Clone, Copy)]
+struct Job {
+    work: *const (dyn Fn(usize) + Sync),
+    tasks: usize,
+    next: *const AtomicUsize,
+    done: *const AtomicUsize,
+}
+
+// SAFETY: the pointers are only dereferenced while `for_each`'s frame, which
+// owns what they point to, is still waiting for every helper to leave the job.
+unsafe impl Send for Job {}
+
+#[derive(Default)]
+struct State {
+    job: Option<Job>,
+    /// Bumped per job, so a helper never takes the same job twice.
+    generation: u64,
+    /// Helpers currently inside the job (holding its pointers).
+    inside: usize,
+    /// Helpers attached to the pool.
+    helpers: usize,
+}
+
+#[derive(Default)]
+struct Pool {
+    state: Mutex<State>,
+    job_posted: Condvar,
+    job_left: Condvar,
+    /// One job at a time: `for_each` from two threads at once would otherwise
+    /// overwrite each other's job.
+    caller: Mutex<()>,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            // Natively the helpers are ours to start: one per extra core.
+            let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+            for _ in 1..cores {
+                let spawned = std::thread::Builder::new().name("router-pool".into()).spawn(serve);
+                if spawned.is_err() {
+                    break;
+                }
+            }
+        }
+        Pool::default()
+    })
+}
+
+/// Threads that run tasks: the caller plus the attached helpers.
+pub fn threads() -> usize {
+    1 + lock(&pool().state).helpers
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means another task panicked; the state itself
+    // (counters and an optional job) is always consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Attaches the calling thread to the pool as a helper; never returns.
+pub fn serve() {
+    let pool = pool();
+    let mut seen = 0u64;
+    let mut state = lock(&pool.state);
+    state.helpers += 1;
+    loop {
+        while state.job.is_none() || state.generation == seen {
+            state = pool.job_posted.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        seen = state.generation;
+        let job = state.job.expect("checked above");
+        state.inside += 1;
+        drop(state);
+        // SAFETY: `for_each` keeps the closure and counters alive until
+        // `inside` is back to zero, which happens only after this call.
+        unsafe { claim(job) };
+        state = lock(&pool.state);
+        state.inside -= 1;
+        if state.inside == 0 {
+            pool.job_left.notify_all();
+        }
+    }
+}
+
+/// Runs tasks of `job` until none are left unclaimed.
+///
+/// SAFETY: the caller guarantees the job's pointers are alive.
+unsafe fn claim(job: Job) {
+    let (work, next, done) = unsafe { (&*job.work, &*job.next, &*job.done) };
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= job.tasks {
+            break;
+        }
+        work(i);
+        done.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Runs `work(i)` for every `i in 0..tasks`, spread over the pool's threads,
+/// and returns when all have finished.
+pub fn for_each(tasks: usize, work: impl Fn(usize) + Sync) {
+    if tasks == 0 {
+        return;
+    }
+    let pool = pool();
+    let helpers = lock(&pool.state).helpers;
+    if tasks == 1 || helpers == 0 {
+        (0..tasks).for_each(work);
+        return;
+    }
+    let _one_caller = lock(&pool.caller);
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let work_ref: &(dyn Fn(usize) + Sync) = &work;
+    // SAFETY: the lifetime is erased so helpers can hold the pointer; this
+    // frame outlives every use, because it returns only after `inside` is
+    // zero and the job has been withdrawn under the lock.
+    let work_ptr: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(work_ref) };
+    let job = Job { work: work_ptr, tasks, next: &next, done: &done };
+    {
+        let mut state = lock(&pool.state);
+        state.generation += 1;
+        state.job = Some(job);
+    }
+    pool.job_posted.notify_all();
+    // SAFETY: the job's pointers point into this frame.
+    unsafe { claim(job) };
+    let mut state = lock(&pool.state);
+    // Withdraw the job first, so no helper enters it after this point, then
+    // wait for those inside to leave.
+    state.job = None;
+    while state.inside > 0 {
+        state = pool.job_left.wait(state).unwrap_or_else(|e| e.into_inner());
+    }
+    drop(state);
+    debug_assert_eq!(done.load(Ordering::Acquire), tasks);
+}
+
+/// A raw pointer tasks may share: each task writes a disjoint region.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedMut(pub *mut f32);
+
+impl SharedMut {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper
+    /// rather than its raw field).
+    pub(crate) fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: every user writes disjoint index ranges from different tasks.
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_runs_once_and_jobs_can_follow_each_other() {
+        for tasks in [0, 1, 2, 7, 100] {
+            let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            for _ in 0..50 {
+                for_each(tasks, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
+        }
+        assert!(threads() >= 1);
+    }
+
+    #[test]
+    fn callers_on_several_threads_do_not_mix_their_jobs() {
+        std::thread::scope(|s| {
+            for t in 0..3 {
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        let sum = AtomicUsize::new(0);
+                        for_each(10, |i| {
+                            sum.fetch_add(i + t, Ordering::Relaxed);
+                        });
+                        assert_eq!(sum.load(Ordering::Relaxed), 45 + 10 * t);
+                    }
+                });
+            }
+        });
+    }
+}
