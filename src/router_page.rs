@@ -20,7 +20,7 @@ use wire::{Activity, BuildInfo, FromWorker, ModelInfo, Source, StorageInfo, ToWo
 
 use crate::browser;
 use crate::report_view::{measured_where, ReportView};
-use crate::worker_client::WorkerClient;
+use crate::worker_client::{WorkerBuild, WorkerClient};
 
 /// Seconds a running call may take to honour Cancel before the worker is
 /// terminated and restarted.
@@ -475,6 +475,7 @@ fn ModelCard(ctx: Ctx) -> impl IntoView {
                 </label>
             </div>
             <p>"Status: " <strong data-testid="model-status">{move || ctx.status.get().text()}</strong></p>
+            <p class="hint" data-testid="worker-build">{worker_build_line}</p>
             {progress}
             {move || ctx.model.get().map(|m| view! { <ModelFacts model=m/> })}
             {move || ctx.storage.get().map(|s| {
@@ -491,6 +492,15 @@ fn ModelCard(ctx: Ctx) -> impl IntoView {
                 }
             })}
         </section>
+    }
+}
+
+/// Which worker build runs, in a sentence (the threads count once the helpers
+/// have attached is in every report's environment).
+fn worker_build_line() -> String {
+    match WorkerBuild::detect() {
+        WorkerBuild::Threads => "Worker: the threads build (helper threads on shared memory, relaxed-SIMD fused multiply–add).".into(),
+        WorkerBuild::SingleThread(why) => format!("Worker: the single-thread SIMD128 build, because {why}."),
     }
 }
 

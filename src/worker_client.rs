@@ -6,8 +6,53 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wire::{FromWorker, ToWorker};
 
-/// The loader shim Trunk writes for the `router_worker` binary.
+/// The loader shim Trunk writes for the `router_worker` binary: SIMD128, one thread.
 const WORKER_SCRIPT: &str = "./router_worker_loader.js";
+/// The threads build (`scripts/build-threads-worker.sh`): shared memory,
+/// helper threads, relaxed-SIMD fused multiply–add.
+const THREADS_WORKER_SCRIPT: &str = "./threads/router_worker_loader.js";
+
+/// A module using one relaxed-SIMD instruction (`i8x16.relaxed_swizzle`);
+/// `WebAssembly.validate` accepts it only where relaxed SIMD is available.
+const RELAXED_SIMD_PROBE: [u8; 36] =
+    [0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 15, 1, 13, 0, 65, 1, 253, 15, 65, 2, 253, 15, 253, 128, 2, 11];
+
+/// Which worker build this page can run, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerBuild {
+    /// Helper threads and relaxed SIMD.
+    Threads,
+    /// One thread, SIMD128: the page is not cross-origin isolated (no
+    /// SharedArrayBuffer), the browser lacks relaxed SIMD, or it reports one core.
+    SingleThread(&'static str),
+}
+
+impl WorkerBuild {
+    pub fn detect() -> WorkerBuild {
+        let global = js_sys::global();
+        let get = |key: &str| js_sys::Reflect::get(&global, &key.into()).unwrap_or(JsValue::UNDEFINED);
+        if !get("crossOriginIsolated").is_truthy() || get("SharedArrayBuffer").is_undefined() {
+            return WorkerBuild::SingleThread("the page is not cross-origin isolated, so it cannot share memory between threads");
+        }
+        let probe = js_sys::Uint8Array::from(&RELAXED_SIMD_PROBE[..]);
+        if !js_sys::WebAssembly::validate(&probe.into()).unwrap_or(false) {
+            return WorkerBuild::SingleThread("this browser has no relaxed SIMD");
+        }
+        let navigator = js_sys::Reflect::get(&global, &"navigator".into()).unwrap_or(JsValue::UNDEFINED);
+        let cores = js_sys::Reflect::get(&navigator, &"hardwareConcurrency".into()).ok().and_then(|v| v.as_f64()).unwrap_or(1.0);
+        if cores < 2.0 {
+            return WorkerBuild::SingleThread("the browser reports one core");
+        }
+        WorkerBuild::Threads
+    }
+
+    fn script(self) -> &'static str {
+        match self {
+            WorkerBuild::Threads => THREADS_WORKER_SCRIPT,
+            WorkerBuild::SingleThread(_) => WORKER_SCRIPT,
+        }
+    }
+}
 
 pub struct WorkerClient {
     worker: web_sys::Worker,
@@ -24,7 +69,7 @@ impl WorkerClient {
         on_message: impl Fn(Result<FromWorker, String>) + 'static,
         on_error: impl Fn(String) + 'static,
     ) -> Result<WorkerClient, String> {
-        let worker = web_sys::Worker::new(WORKER_SCRIPT).map_err(|e| format!("could not start the router worker: {e:?}"))?;
+        let worker = web_sys::Worker::new(WorkerBuild::detect().script()).map_err(|e| format!("could not start the router worker: {e:?}"))?;
         let on_message = Closure::<dyn Fn(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
             let message = event
                 .data()

@@ -25,10 +25,11 @@ const types = {
 /**
  * Serves `dir` on 127.0.0.1 (port 0: any free one); returns { url, served, close }.
  * Options: `mounts` maps URL prefixes to other folders (`{ '/peers/': 'tests/peers' }`);
- * `crossOriginIsolated` sends COOP/COEP, which multi-threaded wasm (SharedArrayBuffer) needs.
+ * `crossOriginIsolated` (default on) sends COOP/COEP, which the router's threads build
+ * (SharedArrayBuffer) needs; off, the page falls back to its single-thread worker.
  * `record` keeps the list of paths answered (tests read it; the long-running server does not keep it).
  */
-export async function serve(dir, port = 0, { mounts = {}, crossOriginIsolated = false, record = true } = {}) {
+export async function serve(dir, port = 0, { mounts = {}, crossOriginIsolated = true, record = true } = {}) {
   dir = resolve(dir);
   await stat(join(dir, 'index.html')); // fail early with a clear error when the site was not built
   const served = [];
@@ -79,7 +80,9 @@ export async function serve(dir, port = 0, { mounts = {}, crossOriginIsolated = 
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const [dir = 'pkg', port = '8080'] = process.argv.slice(2);
-  const { url } = await serve(dir, Number(port), { record: false });
+  // node tools/static-server.mjs [dir] [port] [--not-isolated]
+  const args = process.argv.slice(2);
+  const [dir = 'pkg', port = '8080'] = args.filter((a) => !a.startsWith('--'));
+  const { url } = await serve(dir, Number(port), { record: false, crossOriginIsolated: !args.includes('--not-isolated') });
   console.log(`serving ${dir} on ${url}  (router page: ${url}router/, widget: ${url}?embed=kv)`);
 }

@@ -13,9 +13,12 @@ export const root = join(here, '..', '..');
 export const site = join(root, 'pkg');
 export const outDir = join(root, 'test-output');
 
-/** Serves the built site with the same server scripts/serve.sh uses. */
-export function serve(dir = site) {
-  return serveSite(dir);
+/**
+ * Serves the built site with the same server scripts/serve.sh uses:
+ * cross-origin isolated (the router's threads build) unless told otherwise.
+ */
+export function serve(dir = site, { crossOriginIsolated = true } = {}) {
+  return serveSite(dir, 0, { crossOriginIsolated });
 }
 
 /** Launches headless Chromium. Flags as the machine notes advise for a closed network. */

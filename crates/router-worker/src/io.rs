@@ -15,6 +15,15 @@ pub fn scope() -> WorkerGlobalScope {
     js_sys::global().unchecked_into()
 }
 
+/// A path of the router page's site (`models/…`) as an absolute URL. The
+/// single-thread worker's script sits beside the page; the threads build's
+/// one folder below it (`threads/`), so both read (and cache) the same files.
+pub fn site_url(path: &str) -> String {
+    let relative = if cfg!(target_feature = "atomics") { format!("../{path}") } else { path.to_string() };
+    let here = js_sys::global().unchecked_into::<web_sys::WorkerGlobalScope>().location().href();
+    web_sys::Url::new_with_base(&relative, &here).map(|url| url.href()).unwrap_or(relative)
+}
+
 /// A JS exception or rejection as text.
 pub fn describe(value: &JsValue) -> String {
     if let Some(e) = value.dyn_ref::<js_sys::Error>() {
@@ -102,7 +111,17 @@ pub async fn clear_cache() -> Result<bool, String> {
 /// takes several times longer on 98 MB).
 pub async fn sha256_hex(bytes: &[u8]) -> Result<String, String> {
     let subtle = scope().crypto().map_err(|e| format!("no WebCrypto ({})", describe(&e)))?.subtle();
-    let promise = subtle.digest_with_str_and_u8_array("SHA-256", bytes).map_err(|e| format!("SHA-256: {}", describe(&e)))?;
+    // In the threads build the wasm memory is a SharedArrayBuffer, which
+    // WebCrypto refuses to read; there the bytes are copied to an unshared
+    // buffer first (tens of milliseconds for the bundled checkpoint).
+    let promise = if cfg!(target_feature = "atomics") {
+        let copy = Uint8Array::new_with_length(bytes.len() as u32);
+        copy.copy_from(bytes);
+        subtle.digest_with_str_and_buffer_source("SHA-256", &copy)
+    } else {
+        subtle.digest_with_str_and_u8_array("SHA-256", bytes)
+    }
+    .map_err(|e| format!("SHA-256: {}", describe(&e)))?;
     let digest = JsFuture::from(promise).await.map_err(|e| format!("SHA-256: {}", describe(&e)))?;
     Ok(Uint8Array::new(&digest).to_vec().iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -13,6 +13,8 @@
 //! message before the instance dies, and the page restarts the worker.
 
 mod io;
+#[cfg(target_feature = "atomics")]
+mod threads;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -77,6 +79,15 @@ pub fn register() {
     scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     // The handler lives as long as the worker.
     on_message.forget();
+    #[cfg(target_feature = "atomics")]
+    {
+        // One helper per further core, up to eight threads in all: the
+        // prefill's panels and heads do not keep more busy at these sizes.
+        let cores = Reflect::get(&scope.navigator(), &"hardwareConcurrency".into()).ok().and_then(|v| v.as_f64()).unwrap_or(1.0) as usize;
+        // A helper that cannot start leaves fewer threads, which every
+        // report's provenance records (`threads`); it is not an error.
+        let _ = threads::start_helpers(cores.clamp(1, 8) - 1);
+    }
     post(&FromWorker::Started { tasks: worker.tasks.clone(), build: build_info() });
 }
 
@@ -92,7 +103,8 @@ fn build_info() -> BuildInfo {
         git_revision: env!("WORKER_GIT_REVISION").into(),
         rustc: env!("WORKER_RUSTC_VERSION").into(),
         simd128: cfg!(target_feature = "simd128"),
-        threads: 1,
+        // Threads that compute: this worker plus the helpers attached so far.
+        threads: router::parallel::threads(),
         cross_origin_isolated: Reflect::get(&js_sys::global(), &"crossOriginIsolated".into()).map(|v| v.is_truthy()).unwrap_or(false),
     }
 }
@@ -160,14 +172,14 @@ impl RouterWorker {
         let model = manifest_model().await?;
         let cache = io::open_cache().await;
         let hit = match &cache {
-            Ok(cache) => io::cached(cache, &model.file).await,
+            Ok(cache) => io::cached(cache, &io::site_url(&model.file)).await,
             Err(_) => None,
         };
         let source = if hit.is_some() { Source::Cached } else { Source::Downloaded };
         let started = now_ms();
         let response = match hit {
             Some(response) => response,
-            None => io::fetch(&model.file).await?,
+            None => io::fetch(&io::site_url(&model.file)).await?,
         };
         let stage = if source == Source::Cached { "reading the cached checkpoint" } else { "downloading the checkpoint" };
         let body = response.body().ok_or_else(|| format!("{}: the response has no body", model.file))?;
@@ -182,7 +194,7 @@ impl RouterWorker {
         if sha256 != model.sha256 || bytes.len() as u64 != model.bytes {
             if let Ok(cache) = &cache {
                 // A damaged cached copy must not be read again on the next visit.
-                let _ = wasm_bindgen_futures::JsFuture::from(cache.delete_with_str(&model.file)).await;
+                let _ = wasm_bindgen_futures::JsFuture::from(cache.delete_with_str(&io::site_url(&model.file))).await;
             }
             return Err(format!(
                 "{}: SHA-256 {sha256} ({} bytes) does not match the manifest's {} ({} bytes); the file was not loaded{}",
@@ -195,7 +207,7 @@ impl RouterWorker {
         }
         if source == Source::Downloaded {
             if let Ok(cache) = &cache {
-                if let Err(e) = io::store(cache, &model.file, &chunks).await {
+                if let Err(e) = io::store(cache, &io::site_url(&model.file), &chunks).await {
                     progress(&format!("not cached: {e}"), 0, None);
                 }
             }
@@ -374,7 +386,7 @@ async fn storage_info() -> StorageInfo {
     };
     let model_cached = match io::open_cache().await {
         Ok(cache) => match manifest_model().await {
-            Ok(model) => io::cached(&cache, &model.file).await.is_some(),
+            Ok(model) => io::cached(&cache, &io::site_url(&model.file)).await.is_some(),
             Err(_) => false,
         },
         Err(e) => {
@@ -387,7 +399,7 @@ async fn storage_info() -> StorageInfo {
 
 /// The bundled checkpoint the site's manifest lists.
 async fn manifest_model() -> Result<ManifestModel, String> {
-    let text = io::fetch_text(MANIFEST_URL).await?;
+    let text = io::fetch_text(&io::site_url(MANIFEST_URL)).await?;
     let manifest: Manifest = serde_json::from_str(&text).map_err(|e| format!("{MANIFEST_URL}: not a model manifest: {e}"))?;
     manifest.models.into_iter().next().ok_or_else(|| format!("{MANIFEST_URL}: lists no model"))
 }

@@ -117,6 +117,8 @@ impl Packed {
 ///
 /// SAFETY: `c` must be valid for `m` rows of `cols` values at stride `ldc`,
 /// and not written by anyone else meanwhile.
+// BLAS-style: a matrix argument is a pointer, its rows and its stride.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_panel(a: &[f32], m: usize, k: usize, b: &[f32], ldb: usize, c: *mut f32, ldc: usize, cols: usize) {
     debug_assert!(a.len() >= m * k && b.len() >= (k.max(1) - 1) * ldb + NR.min(b.len()));
     let mut k0 = 0;

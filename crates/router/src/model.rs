@@ -13,6 +13,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use crate::attention;
 use crate::error::{Result, RouterError};
 use crate::gguf::{Architecture, Checkpoint, Hparams};
+use crate::kernels::Packed;
 
 /// How weights are computed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -33,21 +34,49 @@ impl Precision {
     }
 }
 
-struct Linear(QMatMul);
+/// A projection. In the browser, f32 weights are repacked at load for
+/// `kernels`' SIMD128 micro-kernel, which beats candle's generic GEMM there;
+/// natively candle's GEMM (AVX2/AVX-512, multi-threaded) is the faster one
+/// on the machines measured, so it stays.
+enum Linear {
+    Candle(QMatMul),
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    Packed(Packed),
+}
 
 impl Linear {
     fn load(ck: &Checkpoint, name: &str, rows: usize, cols: usize, precision: Precision) -> Result<Linear> {
         // candle reports GGUF shapes in PyTorch order: [out (rows), in (cols)].
         ck.expect_shape(name, &[rows, cols])?;
         let q = ck.tensor(name)?;
-        let m = match precision {
-            Precision::DequantizedF32 => QMatMul::Tensor(q.dequantize(&Device::Cpu)?),
-            Precision::Quantized => QMatMul::from_qtensor(q)?,
-        };
-        Ok(Linear(m))
+        Ok(match precision {
+            Precision::DequantizedF32 => Linear::from_f32(q.dequantize(&Device::Cpu)?)?,
+            Precision::Quantized => Linear::Candle(QMatMul::from_qtensor(q)?),
+        })
     }
+
+    /// An f32 weight `[out × in]`, in the layout this target computes fastest with.
+    fn from_f32(weight: Tensor) -> Result<Linear> {
+        #[cfg(target_arch = "wasm32")]
+        {
+            let (rows, cols) = weight.dims2()?;
+            Ok(Linear::Packed(Packed::from_rows(&weight.flatten_all()?.to_vec1::<f32>()?, rows, cols)))
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            Ok(Linear::Candle(QMatMul::Tensor(weight)))
+        }
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(self.0.forward(x)?)
+        match self {
+            Linear::Candle(m) => Ok(m.forward(x)?),
+            Linear::Packed(p) => {
+                let (t, _) = x.dims2()?;
+                let y = p.matmul(&x.flatten_all()?.to_vec1::<f32>()?, t);
+                Ok(Tensor::from_vec(y, (t, p.n), &Device::Cpu)?)
+            }
+        }
     }
 }
 
@@ -59,7 +88,7 @@ pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize) -> Result<crate:
     // Varied values, so no kernel meets only zeros or ones.
     let values = |len: usize, salt: usize| (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect::<Vec<f32>>();
     let x = Tensor::from_vec(values(m * k, 1), (m, k), &Device::Cpu)?;
-    let weight = Linear(QMatMul::Tensor(Tensor::from_vec(values(n * k, 5), (n, k), &Device::Cpu)?));
+    let weight = Linear::from_f32(Tensor::from_vec(values(n * k, 5), (n, k), &Device::Cpu)?)?;
     // One untimed call: the first allocates.
     weight.forward(&x)?;
     let mut times = Vec::with_capacity(repeats.max(1));

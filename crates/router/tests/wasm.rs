@@ -46,3 +46,22 @@ fn corrupt_bytes_are_errors_in_wasm_too() {
         assert!(err.starts_with("cut.gguf: not a valid GGUF checkpoint"), "{err}");
     }
 }
+
+/// The SIMD128 micro-kernel (the path the browser's prefill takes), against
+/// the definition in f64, at shapes that leave partial tiles and panels.
+#[wasm_bindgen_test]
+fn simd128_kernel_matches_the_definition() {
+    let value = |i: usize, salt: usize| ((i * 7 + salt) % 23) as f32 / 11.0 - 1.0;
+    for (m, n, k) in [(1, 1, 1), (5, 13, 300), (33, 576, 64), (4, 8, 1536)] {
+        let a: Vec<f32> = (0..m * k).map(|i| value(i, 1)).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| value(i, 5)).collect();
+        let ours = router::kernels::Packed::from_rows(&w, n, k).matmul(&a, m);
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|x| a[i * k + x] as f64 * w[j * k + x] as f64).sum();
+                let got = ours[i * n + j] as f64;
+                assert!((got - want).abs() <= 1e-4 * (k as f64).sqrt(), "[{m}×{k}]·[{n}×{k}]ᵀ at ({i}, {j}): {got} vs {want}");
+            }
+        }
+    }
+}
