@@ -69,7 +69,8 @@ impl WorkerClient {
         on_message: impl Fn(Result<FromWorker, String>) + 'static,
         on_error: impl Fn(String) + 'static,
     ) -> Result<WorkerClient, String> {
-        let worker = web_sys::Worker::new(WorkerBuild::detect().script()).map_err(|e| format!("could not start the router worker: {e:?}"))?;
+        let worker =
+            web_sys::Worker::new(WorkerBuild::detect().script()).map_err(|e| format!("could not start the router worker: {e:?}"))?;
         let on_message = Closure::<dyn Fn(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
             let message = event
                 .data()

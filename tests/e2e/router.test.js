@@ -291,25 +291,41 @@ test('Cancel stops a bench between calls; a call that will not stop gets the wor
   await page.context().close();
 });
 
-test('the browser ranks like the native CLI, scores within 1e-5 (measured ≤ 1e-6)', async () => {
+test('both worker builds rank like the native CLI, scores within 1e-5 (measured ≤ 1e-6)', async () => {
   // The fixture's texts use \n line breaks: a textarea's value normalises
   // \r\n to \n (HTML spec), so the page cannot hold anything else.
   const cases = join(root, 'tests/e2e/fixtures/same-answers.json');
   const conversations = JSON.parse(await readFile(cases, 'utf8'));
-  const page = await newPage(browser);
-  await page.goto(`${server.url}router/#router`);
-  await loadBundled(page);
-  for (const mode of ['quality', 'economy']) {
-    const out = execFileSync('cargo', ['run', '--quiet', '-p', 'bench-cli', '--bin', 'router-decide', '--', '--conversations', cases, '--mode', mode], { cwd: root, encoding: 'utf8', maxBuffer: 1 << 26 });
-    const native = JSON.parse(out);
-    for (const [i, conversation] of conversations.entries()) {
-      const browserRanking = await decide(page, conversation, mode);
-      const nativeRanking = native[i].ranked.map((r) => ({ id: r.id, score: r.score }));
-      assert.deepEqual(browserRanking.map((r) => r.id), nativeRanking.map((r) => r.id), `conversation ${i + 1}, ${mode}`);
-      for (const [j, r] of browserRanking.entries()) {
-        assert.ok(Math.abs(r.score - nativeRanking[j].score) <= 1e-5, `conversation ${i + 1}, ${mode}, ${r.id}: ${r.score} vs ${nativeRanking[j].score}`);
+  const modes = ['quality', 'economy'];
+  const native = Object.fromEntries(
+    modes.map((mode) => [
+      mode,
+      JSON.parse(execFileSync('cargo', ['run', '--quiet', '-p', 'bench-cli', '--bin', 'router-decide', '--', '--conversations', cases, '--mode', mode], { cwd: root, encoding: 'utf8', maxBuffer: 1 << 26 })),
+    ]),
+  );
+  // The threads build on the cross-origin isolated site (as scripts/serve.sh
+  // serves it), the single-thread SIMD128 build where the page is not isolated.
+  const plain = await serve(undefined, { crossOriginIsolated: false });
+  try {
+    for (const [site, build] of [[server, /threads build/], [plain, /single-thread SIMD128 build, because the page is not cross-origin isolated/]]) {
+      const page = await newPage(browser);
+      await page.goto(`${site.url}router/#router`);
+      assert.match(await text(page, 'worker-build'), build);
+      await loadBundled(page);
+      for (const mode of modes) {
+        for (const [i, conversation] of conversations.entries()) {
+          const browserRanking = await decide(page, conversation, mode);
+          const nativeRanking = native[mode][i].ranked.map((r) => ({ id: r.id, score: r.score }));
+          const where = `${build.source.slice(0, 20)}…, conversation ${i + 1}, ${mode}`;
+          assert.deepEqual(browserRanking.map((r) => r.id), nativeRanking.map((r) => r.id), where);
+          for (const [j, r] of browserRanking.entries()) {
+            assert.ok(Math.abs(r.score - nativeRanking[j].score) <= 1e-5, `${where}, ${r.id}: ${r.score} vs ${nativeRanking[j].score}`);
+          }
+        }
       }
+      await page.context().close();
     }
+  } finally {
+    await plain.close();
   }
-  await page.context().close();
 });

@@ -148,6 +148,7 @@ fn load_router(checkpoint: &Path, tokenizer: Option<&Path>, pool: &Path, config:
     let assets = RouterAssets {
         gguf: &gguf,
         gguf_name: &gguf_name,
+        gguf_sha256: None,
         tokenizer_json: tokenizer.as_deref().zip(tok_name.as_deref()),
         pool_yaml: &pool_bytes,
         pool_name: &pool_name,

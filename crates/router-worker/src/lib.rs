@@ -237,7 +237,7 @@ impl RouterWorker {
     fn load_router(&self, bytes: Rc<Vec<u8>>, file_name: &str, parts: ModelInfoParts) -> Result<(), String> {
         // Free the old router first: two routers at once may not fit.
         self.loaded.borrow_mut().take();
-        let router = build_router(&bytes, file_name)?;
+        let router = build_router(&bytes, file_name, &parts.sha256)?;
         let info = model_info(&router, file_name, bytes.len() as u64, parts);
         post(&FromWorker::Loaded { model: Box::new(info.clone()) });
         *self.loaded.borrow_mut() = Some(Loaded { router, bytes, file_name: file_name.to_string(), info, calls: 0 });
@@ -277,7 +277,7 @@ impl RouterWorker {
         let reloaded = loaded.calls > 0;
         if reloaded {
             loaded.calls = 0;
-            let router = build_router(&loaded.bytes, &loaded.file_name)?;
+            let router = build_router(&loaded.bytes, &loaded.file_name, &loaded.info.sha256)?;
             loaded.info.load = router.load_timings;
             loaded.router = router;
             post(&FromWorker::Loaded { model: Box::new(loaded.info.clone()) });
@@ -343,8 +343,17 @@ fn progress(stage: &str, done: u64, total: Option<u64>) {
     post(&FromWorker::LoadProgress { stage: stage.to_string(), done, total });
 }
 
-fn build_router(bytes: &[u8], file_name: &str) -> Result<Router, String> {
-    let assets = RouterAssets { gguf: bytes, gguf_name: file_name, tokenizer_json: None, pool_yaml: POOL_YAML, pool_name: POOL_NAME };
+/// `sha256` is WebCrypto's digest of `bytes`, already computed: the router's
+/// own (portable) SHA-256 would take seconds in wasm.
+fn build_router(bytes: &[u8], file_name: &str, sha256: &str) -> Result<Router, String> {
+    let assets = RouterAssets {
+        gguf: bytes,
+        gguf_name: file_name,
+        gguf_sha256: Some(sha256),
+        tokenizer_json: None,
+        pool_yaml: POOL_YAML,
+        pool_name: POOL_NAME,
+    };
     let mut on_stage = |stage: &str, done: usize, total: usize| {
         let label = match stage {
             "weights" => "parsing the GGUF and preparing the weights".to_string(),

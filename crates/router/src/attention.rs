@@ -87,7 +87,16 @@ const QUERY_BLOCK: usize = 32;
 /// SAFETY: `out` is valid for the block's rows at that stride, and only this
 /// call writes those `d` columns of them.
 #[allow(clippy::too_many_arguments)]
-unsafe fn query_block(q: &[f32], rows: std::ops::Range<usize>, keys: &Packed, values: &[f32], ldv: usize, s: Shape, scale: f32, out: *mut f32) {
+unsafe fn query_block(
+    q: &[f32],
+    rows: std::ops::Range<usize>,
+    keys: &Packed,
+    values: &[f32],
+    ldv: usize,
+    s: Shape,
+    scale: f32,
+    out: *mut f32,
+) {
     let d = s.head_dim;
     let m = rows.len();
     let visible_max = s.start + rows.end;
@@ -110,7 +119,9 @@ unsafe fn query_block(q: &[f32], rows: std::ops::Range<usize>, keys: &Packed, va
         let cols = NR.min(d - panel * NR);
         // SAFETY: per this function's contract; `values` has `visible_max`
         // rows of `ldv` values.
-        unsafe { gemm_panel(&p, m, visible_max, &values[panel * NR..], ldv, out.add(rows.start * s.heads * d + panel * NR), s.heads * d, cols) };
+        unsafe {
+            gemm_panel(&p, m, visible_max, &values[panel * NR..], ldv, out.add(rows.start * s.heads * d + panel * NR), s.heads * d, cols)
+        };
     }
 }
 

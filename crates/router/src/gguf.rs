@@ -241,6 +241,15 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 impl<'a> Checkpoint<'a> {
     /// Validates and parses `bytes`; `file` names the source in errors.
     pub fn parse(bytes: &'a [u8], file: &str) -> Result<Checkpoint<'a>> {
+        Checkpoint::parse_with_sha256(bytes, file, None)
+    }
+
+    /// As [`Checkpoint::parse`], with the file's SHA-256 (hex) when the
+    /// caller already has it: in the browser WebCrypto hashes 98 MB in
+    /// 0.2 s where the portable `sha2` in wasm takes 5 s, and the checkpoint
+    /// id is a prefix of that digest. Anything but 64 hex digits is ignored
+    /// and the digest computed here.
+    pub fn parse_with_sha256(bytes: &'a [u8], file: &str, sha256_hex: Option<&str>) -> Result<Checkpoint<'a>> {
         validate(bytes, file)?;
         let content =
             Content::read(&mut Cursor::new(bytes)).map_err(|e| RouterError::Gguf { file: file.to_string(), reason: e.to_string() })?;
@@ -257,7 +266,19 @@ impl<'a> Checkpoint<'a> {
         }
         counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         let weight_type = counts.first().map(|c| c.0).unwrap_or("unknown").to_string();
-        Ok(Checkpoint { file: file.to_string(), bytes, content, hparams, id: checkpoint_id(bytes), weight_type })
+        Ok(Checkpoint {
+            file: file.to_string(),
+            bytes,
+            content,
+            hparams,
+            id: match sha256_hex {
+                Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                    format!("gguf-{}", &hex[..8].to_ascii_lowercase())
+                }
+                _ => checkpoint_id(bytes),
+            },
+            weight_type,
+        })
     }
 
     /// Reads one tensor, or says which one is missing.

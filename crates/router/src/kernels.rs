@@ -53,20 +53,24 @@ impl Packed {
         Packed { n, k, panels }
     }
 
-    /// Packs from a row-producing closure, so a loader can dequantise one
-    /// row at a time instead of holding the whole f32 matrix twice.
-    pub fn from_row_fn(n: usize, k: usize, mut row: impl FnMut(usize, &mut [f32])) -> Packed {
+    /// Packs from a row-producing closure, so a loader can dequantise
+    /// straight into the panels instead of holding the whole f32 matrix
+    /// twice. Panels are filled in parallel on the pool's threads.
+    pub fn from_row_fn(n: usize, k: usize, row: impl Fn(usize, &mut [f32]) + Sync) -> Packed {
         let panel_count = n.div_ceil(NR);
         let mut panels = vec![0f32; panel_count * k * NR];
-        let mut buffer = vec![0f32; k];
-        for r in 0..n {
-            row(r, &mut buffer);
-            let panel = &mut panels[(r / NR) * k * NR..(r / NR + 1) * k * NR];
-            let c = r % NR;
-            for (kk, &value) in buffer.iter().enumerate() {
-                panel[kk * NR + c] = value;
+        let out = SharedMut(panels.as_mut_ptr());
+        parallel::for_each(panel_count, |p| {
+            // SAFETY: task p writes only panel p.
+            let panel = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(p * k * NR), k * NR) };
+            let mut buffer = vec![0f32; k];
+            for c in 0..NR.min(n - p * NR) {
+                row(p * NR + c, &mut buffer);
+                for (kk, &value) in buffer.iter().enumerate() {
+                    panel[kk * NR + c] = value;
+                }
             }
-        }
+        });
         Packed { n, k, panels }
     }
 
@@ -203,7 +207,15 @@ trait Lanes: Copy {
 
 /// Picks the compile-time row count, so every accumulator is a register.
 #[inline(always)]
-unsafe fn dispatch_rows<L: Lanes, const V: usize>(rows: usize, kc: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, out: *mut f32) {
+unsafe fn dispatch_rows<L: Lanes, const V: usize>(
+    rows: usize,
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    out: *mut f32,
+) {
     // SAFETY: forwarded from the caller.
     unsafe {
         match rows {

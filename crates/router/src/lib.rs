@@ -16,6 +16,8 @@ pub mod attention;
 pub mod conversation;
 pub mod decision;
 #[cfg(feature = "engine")]
+pub mod dequant;
+#[cfg(feature = "engine")]
 pub mod error;
 #[cfg(feature = "engine")]
 pub mod gguf;

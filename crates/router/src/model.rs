@@ -11,6 +11,7 @@ use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::attention;
+use crate::dequant;
 use crate::error::{Result, RouterError};
 use crate::gguf::{Architecture, Checkpoint, Hparams};
 use crate::kernels::Packed;
@@ -50,6 +51,15 @@ impl Linear {
         ck.expect_shape(name, &[rows, cols])?;
         let q = ck.tensor(name)?;
         Ok(match precision {
+            Precision::DequantizedF32 if cfg!(target_arch = "wasm32") && dequant::block_bytes(q.dtype()).is_some() => {
+                // Decode each row straight into the kernel's panels, on
+                // every thread: no intermediate f32 tensor or copies.
+                let data = q.data()?;
+                let row_bytes = data.len() / rows;
+                Linear::Packed(Packed::from_row_fn(rows, cols, |r, out| {
+                    dequant::row(q.dtype(), &data[r * row_bytes..(r + 1) * row_bytes], out);
+                }))
+            }
             Precision::DequantizedF32 => Linear::from_f32(q.dequantize(&Device::Cpu)?)?,
             Precision::Quantized => Linear::Candle(QMatMul::from_qtensor(q)?),
         })

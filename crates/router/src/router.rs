@@ -41,6 +41,9 @@ impl Default for RouterConfig {
 pub struct RouterAssets<'a> {
     pub gguf: &'a [u8],
     pub gguf_name: &'a str,
+    /// The GGUF's SHA-256 (hex), when the caller has already computed it
+    /// (the browser does, with WebCrypto); `None` computes it here.
+    pub gguf_sha256: Option<&'a str>,
     /// A tokenizer.json; `None` builds the tokenizer from the GGUF metadata.
     pub tokenizer_json: Option<(&'a [u8], &'a str)>,
     pub pool_yaml: &'a [u8],
@@ -77,7 +80,7 @@ impl Router {
     pub fn load_with_progress(assets: &RouterAssets, config: RouterConfig, progress: &mut dyn FnMut(&str, usize, usize)) -> Result<Router> {
         progress("weights", 0, 1);
         let started = Instant::now();
-        let checkpoint = Checkpoint::parse(assets.gguf, assets.gguf_name)?;
+        let checkpoint = Checkpoint::parse_with_sha256(assets.gguf, assets.gguf_name, assets.gguf_sha256)?;
         let backbone = Backbone::load(&checkpoint, config.precision)?;
         let weights_ms = ms(started);
 

@@ -11,6 +11,7 @@ fn load(gguf: &[u8], tokenizer: Option<&[u8]>, pool: &[u8]) -> String {
     let assets = RouterAssets {
         gguf,
         gguf_name: "model.gguf",
+        gguf_sha256: None,
         tokenizer_json: tokenizer.map(|t| (t, "tokenizer.json")),
         pool_yaml: pool,
         pool_name: "pool.yaml",

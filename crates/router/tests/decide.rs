@@ -10,6 +10,7 @@ fn router(config: RouterConfig) -> Router {
     let assets = RouterAssets {
         gguf: &gguf,
         gguf_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256: None,
         tokenizer_json: None,
         pool_yaml: &pool,
         pool_name: "pool.coderouterbench.yaml",

@@ -48,6 +48,7 @@ fn synthetic_qwen3_routes_deterministically_with_the_real_tokenizer() {
     let assets = RouterAssets {
         gguf: &gguf,
         gguf_name: "synthetic-qwen3.gguf",
+        gguf_sha256: None,
         tokenizer_json: Some((&tok, "qwen3-tokenizer.json")),
         pool_yaml: &pool,
         pool_name: "pool.coderouterbench.yaml",
