@@ -17,6 +17,14 @@ for component in clippy rustfmt; do
   rustup component list --installed | grep -q "^$component" || rustup component add "$component"
 done
 
+# The router worker's threads build: nightly with the standard library's
+# source, rebuilt with atomics (`-Z build-std`).
+if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+  say "installing the nightly toolchain's rust-src (for the threads build of the router worker)"
+  rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+  rustup component add rust-src --toolchain nightly
+fi
+
 # trunk 0.21.14: 0.22 needs a newer rustc than this machine's.
 if [ "$(trunk --version 2>/dev/null)" != "trunk $TRUNK_VERSION" ]; then
   say "installing trunk $TRUNK_VERSION (compiles once, ~15 min on 2 cores)"

@@ -19,6 +19,16 @@
 
 use crate::parallel::{self, SharedMut};
 
+/// What computes the f32 projections in this build, for the precision line
+/// of every report (natively the projections stay on candle's GEMM).
+pub const KERNEL_NOTE: &str = if cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) {
+    " (packed SIMD128 kernel, relaxed-SIMD FMA)"
+} else if cfg!(target_arch = "wasm32") {
+    " (packed SIMD128 kernel)"
+} else {
+    ""
+};
+
 /// Columns per panel: two SIMD128 vectors, one AVX2 vector.
 pub const NR: usize = 8;
 /// Rows of `k` per block: a block of one panel (8 KiB) stays in L1 while every

@@ -30,7 +30,9 @@ impl Precision {
     pub fn label(self, weight_type: &str) -> String {
         match self {
             Precision::Quantized => format!("{weight_type} weights, quantized matmul, f32 activations"),
-            Precision::DequantizedF32 => format!("{weight_type} weights dequantized to f32 at load, f32 compute"),
+            Precision::DequantizedF32 => {
+                format!("{weight_type} weights dequantized to f32 at load, f32 compute{}", crate::kernels::KERNEL_NOTE)
+            }
         }
     }
 }
