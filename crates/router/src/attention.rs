@@ -196,15 +196,7 @@ mod tests {
     }
 
     fn data(len: usize, salt: u32) -> Vec<f32> {
-        let mut state = 0x9e37_79b9u32 ^ salt;
-        (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                (state % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
+        crate::kernels::xorshift_values(len, 0x9e37_79b9u32 ^ salt)
     }
 
     #[test]

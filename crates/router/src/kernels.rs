@@ -401,20 +401,27 @@ mod avx2 {
     }
 }
 
+/// Test data in [−1, 1] from a xorshift generator: varied, reproducible,
+/// shared by the kernel and attention tests.
+#[cfg(test)]
+pub(crate) fn xorshift_values(len: usize, seed: u32) -> Vec<f32> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            (state % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn data(len: usize, salt: u32) -> Vec<f32> {
-        let mut state = 0x2545_f491u32 ^ salt;
-        (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                (state % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
+        xorshift_values(len, 0x2545_f491u32 ^ salt)
     }
 
     fn naive(a: &[f32], m: usize, w: &[f32], n: usize, k: usize) -> Vec<f32> {
