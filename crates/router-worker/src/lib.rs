@@ -170,16 +170,18 @@ impl RouterWorker {
     async fn load_bundled(&self) -> Result<(), String> {
         progress("reading the model manifest", 0, None);
         let model = manifest_model().await?;
+        // The one URL the checkpoint is fetched, cached and deleted under.
+        let url = io::site_url(&model.file);
         let cache = io::open_cache().await;
         let hit = match &cache {
-            Ok(cache) => io::cached(cache, &io::site_url(&model.file)).await,
+            Ok(cache) => io::cached(cache, &url).await,
             Err(_) => None,
         };
         let source = if hit.is_some() { Source::Cached } else { Source::Downloaded };
         let started = now_ms();
         let response = match hit {
             Some(response) => response,
-            None => io::fetch(&io::site_url(&model.file)).await?,
+            None => io::fetch(&url).await?,
         };
         let stage = if source == Source::Cached { "reading the cached checkpoint" } else { "downloading the checkpoint" };
         let body = response.body().ok_or_else(|| format!("{}: the response has no body", model.file))?;
@@ -194,7 +196,7 @@ impl RouterWorker {
         if sha256 != model.sha256 || bytes.len() as u64 != model.bytes {
             if let Ok(cache) = &cache {
                 // A damaged cached copy must not be read again on the next visit.
-                let _ = wasm_bindgen_futures::JsFuture::from(cache.delete_with_str(&io::site_url(&model.file))).await;
+                let _ = wasm_bindgen_futures::JsFuture::from(cache.delete_with_str(&url)).await;
             }
             return Err(format!(
                 "{}: SHA-256 {sha256} ({} bytes) does not match the manifest's {} ({} bytes); the file was not loaded{}",
@@ -207,7 +209,7 @@ impl RouterWorker {
         }
         if source == Source::Downloaded {
             if let Ok(cache) = &cache {
-                if let Err(e) = io::store(cache, &io::site_url(&model.file), &chunks).await {
+                if let Err(e) = io::store(cache, &url, &chunks).await {
                     progress(&format!("not cached: {e}"), 0, None);
                 }
             }

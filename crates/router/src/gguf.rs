@@ -231,7 +231,12 @@ pub struct Checkpoint<'a> {
 
 /// `gguf-` and the first 8 hex digits of the SHA-256 of `bytes`.
 pub fn checkpoint_id(bytes: &[u8]) -> String {
-    format!("gguf-{}", &hex(&Sha256::digest(bytes))[..8])
+    checkpoint_id_from_sha256(&hex(&Sha256::digest(bytes)))
+}
+
+/// The checkpoint id from the file's SHA-256 in hex (64 digits).
+fn checkpoint_id_from_sha256(hex: &str) -> String {
+    format!("gguf-{}", hex[..8].to_ascii_lowercase())
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -272,9 +277,7 @@ impl<'a> Checkpoint<'a> {
             content,
             hparams,
             id: match sha256_hex {
-                Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                    format!("gguf-{}", &hex[..8].to_ascii_lowercase())
-                }
+                Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => checkpoint_id_from_sha256(hex),
                 _ => checkpoint_id(bytes),
             },
             weight_type,

@@ -50,17 +50,7 @@ impl Packed {
     /// than `n × k` (a programming error: the loader checks shapes first).
     pub fn from_rows(rows: &[f32], n: usize, k: usize) -> Packed {
         assert!(rows.len() >= n * k, "weight of {} values for [{n} × {k}]", rows.len());
-        let panel_count = n.div_ceil(NR);
-        let mut panels = vec![0f32; panel_count * k * NR];
-        for (p, panel) in panels.chunks_exact_mut(k * NR).enumerate() {
-            for c in 0..NR.min(n - p * NR) {
-                let row = &rows[(p * NR + c) * k..(p * NR + c + 1) * k];
-                for (kk, &value) in row.iter().enumerate() {
-                    panel[kk * NR + c] = value;
-                }
-            }
-        }
-        Packed { n, k, panels }
+        Packed::from_row_fn(n, k, |r, out| out.copy_from_slice(&rows[r * k..(r + 1) * k]))
     }
 
     /// Packs from a row-producing closure, so a loader can dequantise
@@ -84,21 +74,19 @@ impl Packed {
         Packed { n, k, panels }
     }
 
-    /// Bytes held (for memory accounting).
-    pub fn bytes(&self) -> usize {
-        self.panels.len() * 4
-    }
-
     /// `a` is `[m × k]` row-major; returns `[m × n]` row-major. Column panels
     /// are spread over the pool's threads.
     pub fn matmul(&self, a: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(a.len(), m * self.k, "activations of {} values for [{m} × {}]", a.len(), self.k);
         let mut c = vec![0f32; m * self.n];
         let panel_count = self.n.div_ceil(NR);
+        if panel_count == 0 {
+            return c;
+        }
         // Enough tasks to balance uneven threads, few enough that each keeps
-        // a useful run of panels.
+        // a useful run of panels; a small product is not worth waking helpers.
         let tasks = if m * self.n * self.k < 1 << 18 { 1 } else { (parallel::threads() * 4).min(panel_count) };
-        let per_task = panel_count.div_ceil(tasks.max(1));
+        let per_task = panel_count.div_ceil(tasks);
         let out = SharedMut(c.as_mut_ptr());
         parallel::for_each(panel_count.div_ceil(per_task), |t| {
             let panels = t * per_task..((t + 1) * per_task).min(panel_count);
@@ -125,16 +113,15 @@ impl Packed {
     }
 }
 
-/// `C[m × cols] (+)= A[m × k] · B[k × NR]` for one column panel: `b` holds `k`
+/// `C[m × cols] = A[m × k] · B[k × NR]` for one column panel: `b` holds `k`
 /// rows of `NR` values with stride `ldb`; `c` points at the panel's first
-/// column in a row-major matrix with stride `ldc`. `C` is overwritten.
+/// column in a row-major matrix with stride `ldc`.
 ///
 /// SAFETY: `c` must be valid for `m` rows of `cols` values at stride `ldc`,
 /// and not written by anyone else meanwhile.
 // BLAS-style: a matrix argument is a pointer, its rows and its stride.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_panel(a: &[f32], m: usize, k: usize, b: &[f32], ldb: usize, c: *mut f32, ldc: usize, cols: usize) {
-    debug_assert!(a.len() >= m * k && b.len() >= (k.max(1) - 1) * ldb + NR.min(b.len()));
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
@@ -440,8 +427,6 @@ mod tests {
             let a = data(m * k, 1);
             let w = data(n * k, 2);
             let packed = Packed::from_rows(&w, n, k);
-            let by_fn = Packed::from_row_fn(n, k, |r, row| row.copy_from_slice(&w[r * k..(r + 1) * k]));
-            assert_eq!(packed.panels, by_fn.panels);
             let ours = packed.matmul(&a, m);
             let want = naive(&a, m, &w, n, k);
             let worst = ours.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);

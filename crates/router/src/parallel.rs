@@ -16,6 +16,7 @@
 
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
@@ -26,12 +27,18 @@ struct Job {
     work: *const (dyn Fn(usize) + Sync),
     tasks: usize,
     next: *const AtomicUsize,
-    done: *const AtomicUsize,
 }
 
 // SAFETY: the pointers are only dereferenced while `for_each`'s frame, which
 // owns what they point to, is still waiting for every helper to leave the job.
 unsafe impl Send for Job {}
+
+thread_local! {
+    /// Set while this thread runs a task: a task that calls `for_each` again
+    /// runs its inner tasks itself instead of waiting for the pool it is
+    /// part of (which would deadlock).
+    static IN_TASK: Cell<bool> = const { Cell::new(false) };
+}
 
 #[derive(Default)]
 struct State {
@@ -42,6 +49,9 @@ struct State {
     inside: usize,
     /// Helpers attached to the pool.
     helpers: usize,
+    /// A task panicked on a helper during the current job (natively; in wasm
+    /// a panic aborts the instance).
+    helper_panicked: bool,
 }
 
 #[derive(Default)]
@@ -97,10 +107,13 @@ pub fn serve() {
         let job = state.job.expect("checked above");
         state.inside += 1;
         drop(state);
-        // SAFETY: `for_each` keeps the closure and counters alive until
-        // `inside` is back to zero, which happens only after this call.
-        unsafe { claim(job) };
+        // SAFETY: `for_each` keeps the closure and counter alive until
+        // `inside` is back to zero, which happens only after this call. A
+        // panicking task must not skip the bookkeeping below, or the caller
+        // would wait for this helper forever.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { claim(job) }));
         state = lock(&pool.state);
+        state.helper_panicked |= outcome.is_err();
         state.inside -= 1;
         if state.inside == 0 {
             pool.job_left.notify_all();
@@ -112,55 +125,73 @@ pub fn serve() {
 ///
 /// SAFETY: the caller guarantees the job's pointers are alive.
 unsafe fn claim(job: Job) {
-    let (work, next, done) = unsafe { (&*job.work, &*job.next, &*job.done) };
+    let (work, next) = unsafe { (&*job.work, &*job.next) };
+    // Restored on return and on unwinding alike.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_TASK.with(|flag| flag.set(self.0));
+        }
+    }
+    let _restore = Restore(IN_TASK.with(|flag| flag.replace(true)));
     loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         if i >= job.tasks {
             break;
         }
         work(i);
-        done.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Withdraws the posted job and waits for every helper inside it to leave,
+/// also when the caller's own task unwinds: helpers hold pointers into the
+/// caller's frame, so that frame must not end before they are out.
+struct Withdraw<'a>(&'a Pool);
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.0.state);
+        state.job = None;
+        while state.inside > 0 {
+            state = self.0.job_left.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
     }
 }
 
 /// Runs `work(i)` for every `i in 0..tasks`, spread over the pool's threads,
-/// and returns when all have finished.
+/// and returns when all have finished. A panic in a task reaches the caller.
 pub fn for_each(tasks: usize, work: impl Fn(usize) + Sync) {
     if tasks == 0 {
         return;
     }
     let pool = pool();
     let helpers = lock(&pool.state).helpers;
-    if tasks == 1 || helpers == 0 {
+    if tasks == 1 || helpers == 0 || IN_TASK.with(Cell::get) {
         (0..tasks).for_each(work);
         return;
     }
     let _one_caller = lock(&pool.caller);
     let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
     let work_ref: &(dyn Fn(usize) + Sync) = &work;
     // SAFETY: the lifetime is erased so helpers can hold the pointer; this
-    // frame outlives every use, because it returns only after `inside` is
-    // zero and the job has been withdrawn under the lock.
+    // frame outlives every use, because `Withdraw` (dropped before `work` and
+    // `next`, also on unwinding) waits until no helper is inside the job.
     let work_ptr: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(work_ref) };
-    let job = Job { work: work_ptr, tasks, next: &next, done: &done };
+    let job = Job { work: work_ptr, tasks, next: &next };
     {
         let mut state = lock(&pool.state);
         state.generation += 1;
         state.job = Some(job);
+        state.helper_panicked = false;
     }
+    let withdraw = Withdraw(pool);
     pool.job_posted.notify_all();
     // SAFETY: the job's pointers point into this frame.
     unsafe { claim(job) };
-    let mut state = lock(&pool.state);
-    // Withdraw the job first, so no helper enters it after this point, then
-    // wait for those inside to leave.
-    state.job = None;
-    while state.inside > 0 {
-        state = pool.job_left.wait(state).unwrap_or_else(|e| e.into_inner());
+    drop(withdraw);
+    if std::mem::take(&mut lock(&pool.state).helper_panicked) {
+        panic!("a parallel task panicked on a helper thread");
     }
-    drop(state);
-    debug_assert_eq!(done.load(Ordering::Acquire), tasks);
 }
 
 /// A raw pointer tasks may share: each task writes a disjoint region.
@@ -195,6 +226,21 @@ mod tests {
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
         }
         assert!(threads() >= 1);
+    }
+
+    #[test]
+    fn a_task_may_run_a_nested_job_and_a_panicking_task_reaches_the_caller() {
+        let sum = AtomicUsize::new(0);
+        for_each(4, |_| for_each(5, |j| _ = sum.fetch_add(j, Ordering::Relaxed)));
+        assert_eq!(sum.load(Ordering::Relaxed), 4 * 10);
+        for _ in 0..20 {
+            let caught = std::panic::catch_unwind(|| for_each(16, |i| assert!(i != 11, "task 11 fails")));
+            assert!(caught.is_err());
+        }
+        // The pool still works afterwards.
+        let count = AtomicUsize::new(0);
+        for_each(64, |_| _ = count.fetch_add(1, Ordering::Relaxed));
+        assert_eq!(count.load(Ordering::Relaxed), 64);
     }
 
     #[test]

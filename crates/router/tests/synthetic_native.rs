@@ -37,3 +37,22 @@ fn native_mean_matches_the_pinned_fixture() {
         assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "dim {i}: {a} vs pinned {b}");
     }
 }
+
+/// A digest the caller already has (the browser's WebCrypto one) names the
+/// checkpoint exactly as computing it here would; anything that is not 64
+/// hex digits is ignored.
+#[test]
+fn a_given_sha256_names_the_checkpoint_like_a_computed_one() {
+    let gguf = synthetic::write(&SyntheticSpec { vocab: 512, ..SyntheticSpec::qwen3(GgmlDType::Q8_0) }).unwrap();
+    let computed = Checkpoint::parse(&gguf, "s.gguf").unwrap().id;
+    let digest: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&gguf).iter().map(|b| format!("{b:02X}")).collect()
+    };
+    assert_eq!(Checkpoint::parse_with_sha256(&gguf, "s.gguf", Some(&digest)).unwrap().id, computed, "upper-case hex too");
+    let other = "ab".repeat(32);
+    assert_eq!(Checkpoint::parse_with_sha256(&gguf, "s.gguf", Some(&other)).unwrap().id, "gguf-abababab");
+    for junk in ["", "not hex", &"zz".repeat(32)] {
+        assert_eq!(Checkpoint::parse_with_sha256(&gguf, "s.gguf", Some(junk)).unwrap().id, computed, "{junk:?}");
+    }
+}
