@@ -1,5 +1,6 @@
-//! The router page (`router/`): load the checkpoint, try a decision, run the
-//! cold-vs-warm latency protocol, export, compare and share the result.
+//! The router page (`router/`): load the checkpoint, try a decision (with
+//! prefix reuse), run the cold-vs-warm latency protocol, export, compare and
+//! share the result, and run the prefix-reuse protocol of note 04.
 //!
 //! Everything heavy happens in the router worker (`crates/router-worker`);
 //! this module only binds inputs to a [`RouterForm`] (mirrored in the URL
@@ -10,6 +11,7 @@
 
 use bench::estimate::format_duration;
 use bench::page::RouterForm;
+use bench::prefix::PrefixReport;
 use bench::report::{format_ms, Report};
 use bench::tasks::Task;
 use leptos::prelude::*;
@@ -25,6 +27,9 @@ use crate::worker_client::{WorkerBuild, WorkerClient};
 /// Seconds a running call may take to honour Cancel before the worker is
 /// terminated and restarted.
 const CANCEL_GRACE_MS: u32 = 3000;
+
+/// Timed follow-ups (and short decides) in the page's prefix protocol.
+const PREFIX_ITERATIONS: usize = 5;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Status {
@@ -43,6 +48,14 @@ impl Status {
             Status::Failed => "failed",
         }
     }
+}
+
+/// A long-running job in the worker: one at a time, each cancellable
+/// between calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    Bench,
+    PrefixProtocol,
 }
 
 /// What was loaded last, to load it again after a restart.
@@ -77,7 +90,12 @@ struct Ctx {
     storage: RwSignal<Option<StorageInfo>>,
     decision: RwSignal<Option<Decision>>,
     deciding: RwSignal<bool>,
-    bench_running: RwSignal<bool>,
+    /// The long-running job the worker is on, if any.
+    job: RwSignal<Option<Job>>,
+    /// The prefix protocol's long-conversation length (a select's value).
+    prefix_tokens: RwSignal<String>,
+    prefix_progress: RwSignal<Option<(usize, usize, String)>>,
+    prefix_report: RwSignal<Option<(PrefixReport, bool)>>,
     bench_progress: RwSignal<Option<BenchProgress>>,
     cancel_requested: RwSignal<bool>,
     report: RwSignal<Option<(Report, bool)>>,
@@ -108,7 +126,10 @@ impl Ctx {
             storage: RwSignal::new(None),
             decision: RwSignal::new(None),
             deciding: RwSignal::new(false),
-            bench_running: RwSignal::new(false),
+            job: RwSignal::new(None),
+            prefix_tokens: RwSignal::new("256".into()),
+            prefix_progress: RwSignal::new(None),
+            prefix_report: RwSignal::new(None),
             bench_progress: RwSignal::new(None),
             cancel_requested: RwSignal::new(false),
             report: RwSignal::new(None),
@@ -165,7 +186,7 @@ impl Ctx {
         self.model.set(None);
         self.load_stage.set(None);
         self.deciding.set(false);
-        self.bench_running.set(false);
+        self.job.set(None);
         self.cancel_requested.set(false);
         self.alert.set(Some(reason));
         self.reload_when_started.set(had_model && self.last_load.with_value(Option::is_some));
@@ -217,7 +238,7 @@ impl Ctx {
                 }
             }
             FromWorker::LoadProgress { stage, done, total } => {
-                if !self.bench_running.get_untracked() {
+                if self.job.get_untracked().is_none() {
                     self.status.set(Status::Loading);
                 }
                 self.load_stage.set(Some((stage, done, total)));
@@ -255,10 +276,16 @@ impl Ctx {
                 })
             }
             FromWorker::BenchDone { report, cancelled } => {
-                self.bench_running.set(false);
+                self.job.set(None);
                 self.cancel_requested.set(false);
                 self.share_link.set(None);
                 self.report.set(Some((*report, cancelled)));
+            }
+            FromWorker::PrefixStep { done, total, label } => self.prefix_progress.set(Some((done, total, label))),
+            FromWorker::PrefixDone { report, cancelled } => {
+                self.job.set(None);
+                self.cancel_requested.set(false);
+                self.prefix_report.set(Some((*report, cancelled)));
             }
             FromWorker::Failed { during, message } => {
                 match during {
@@ -272,7 +299,7 @@ impl Ctx {
                         self.probing.set(false);
                     }
                     Activity::Bench => {
-                        self.bench_running.set(false);
+                        self.job.set(None);
                         self.cancel_requested.set(false);
                     }
                     Activity::Storage | Activity::Message => {}
@@ -318,8 +345,20 @@ impl Ctx {
         self.alert.set(None);
         let message = ToWorker::Bench { lengths: protocol.lengths, warmup: protocol.warmup, iterations: protocol.iterations, mode };
         if self.send(&message, None) {
-            self.bench_running.set(true);
+            self.job.set(Some(Job::Bench));
             self.bench_progress.set(None);
+            self.cancel_requested.set(false);
+        }
+    }
+
+    /// Runs the note-04 prefix protocol in the worker.
+    fn run_prefix_protocol(self) {
+        let long_tokens = self.prefix_tokens.get_untracked().parse().unwrap_or(256);
+        self.alert.set(None);
+        if self.send(&ToWorker::PrefixProtocol { long_tokens, iterations: PREFIX_ITERATIONS }, None) {
+            self.job.set(Some(Job::PrefixProtocol));
+            self.prefix_progress.set(None);
+            self.prefix_report.set(None);
             self.cancel_requested.set(false);
         }
     }
@@ -337,7 +376,7 @@ impl Ctx {
         self.cancel_requested.set(true);
         let generation = self.generation.get_untracked();
         gloo_timers::callback::Timeout::new(CANCEL_GRACE_MS, move || {
-            if self.generation.get_untracked() == generation && self.bench_running.get_untracked() && self.cancel_requested.get_untracked() {
+            if self.generation.get_untracked() == generation && self.job.get_untracked().is_some() && self.cancel_requested.get_untracked() {
                 self.restart(format!(
                     "The call in progress did not end within {} s of Cancel, so the worker was stopped and restarted (the model is reloading). No result was kept.",
                     CANCEL_GRACE_MS / 1000
@@ -419,6 +458,7 @@ fn LivePage(ctx: Ctx) -> impl IntoView {
         <ModelCard ctx=ctx/>
         <TryIt ctx=ctx/>
         <BenchCard ctx=ctx/>
+        <PrefixCard ctx=ctx/>
     }
 }
 
@@ -433,7 +473,7 @@ fn bytes_label(n: f64) -> String {
 
 #[component]
 fn ModelCard(ctx: Ctx) -> impl IntoView {
-    let busy = move || ctx.status.get() == Status::Loading || ctx.bench_running.get() || !ctx.worker_started.get();
+    let busy = move || ctx.status.get() == Status::Loading || ctx.job.get().is_some() || !ctx.worker_started.get();
     let on_drop = move |ev: leptos::ev::DragEvent| {
         ev.prevent_default();
         if let Some(file) = ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0)) {
@@ -548,7 +588,7 @@ fn ModelFacts(model: ModelInfo) -> impl IntoView {
 
 #[component]
 fn TryIt(ctx: Ctx) -> impl IntoView {
-    let ready = move || ctx.status.get() == Status::Ready && !ctx.bench_running.get();
+    let ready = move || ctx.status.get() == Status::Ready && ctx.job.get().is_none();
     let pick_task = move |ev: leptos::ev::Event| {
         let id = event_target_value(&ev);
         if let Some(task) = ctx.tasks.with_untracked(|t| t.iter().find(|t| t.id == id).cloned()) {
@@ -648,6 +688,20 @@ fn DecisionView(decision: Decision) -> impl IntoView {
             <p class="stages" data-testid="decide-stages">
                 "Stages: " {stages.iter().map(|(k, v)| format!("{k} {}", format_ms(*v))).collect::<Vec<_>>().join(" · ")}
             </p>
+            {decision.prefix.map(|p| view! {
+                <p class="note" data-testid="decide-reuse">
+                    {format!(
+                        "Prefix cache: {} of {} tokens reused, {} prefilled (lookup {}, insert {}); the cache holds {} tokens ({}). Decide again with more text to see the reuse.",
+                        p.reused_tokens,
+                        p.reused_tokens + p.prefilled_tokens,
+                        p.prefilled_tokens,
+                        format_ms(t.lookup_ms),
+                        format_ms(t.insert_ms),
+                        p.cache_tokens,
+                        bytes_label(p.cache_bytes as f64),
+                    )}
+                </p>
+            })}
         </div>
     }
 }
@@ -670,7 +724,7 @@ fn GemmLine(ctx: Ctx) -> impl IntoView {
     };
     view! {
         <p class="note" data-testid="gemm-line">
-            <button type="button" class="link" data-testid="gemm-probe" disabled=move || ctx.probing.get() || ctx.bench_running.get() || ctx.status.get() != Status::Ready
+            <button type="button" class="link" data-testid="gemm-probe" disabled=move || ctx.probing.get() || ctx.job.get().is_some() || ctx.status.get() != Status::Ready
                 on:click=move |_| ctx.probe_gemm()>
                 {move || if ctx.probing.get() { "Measuring this browser's matmul speed…" } else { "Measure this browser's matmul speed" }}
             </button>
@@ -703,7 +757,7 @@ fn BenchCard(ctx: Ctx) -> impl IntoView {
         }
     };
     let can_run =
-        move || ctx.status.get() == Status::Ready && !ctx.bench_running.get() && !ctx.deciding.get() && problems.with(Vec::is_empty);
+        move || ctx.status.get() == Status::Ready && ctx.job.get().is_none() && !ctx.deciding.get() && problems.with(Vec::is_empty);
     let input = move |testid: &'static str,
                       label: &'static str,
                       get: fn(&RouterForm) -> String,
@@ -746,7 +800,7 @@ fn BenchCard(ctx: Ctx) -> impl IntoView {
         });
     };
     let progress = move || {
-        ctx.bench_running.get().then(|| {
+        (ctx.job.get() == Some(Job::Bench)).then(|| {
             let p = ctx.bench_progress.get();
             let (value, max) = p.as_ref().map(|p| (p.overall_done as f64, p.overall.max(1) as f64)).unwrap_or((0.0, 1.0));
             let text = match &p {
@@ -827,5 +881,105 @@ fn BenchCard(ctx: Ctx) -> impl IntoView {
                 }
             })}
         </section>
+    }
+}
+
+/// The field guide's note 04, live: prefix hits, misses, pressure and
+/// recovery, each against a full prefill, and a long conversation extended
+/// by a short turn against a short decide.
+#[component]
+fn PrefixCard(ctx: Ctx) -> impl IntoView {
+    let can_run = move || ctx.status.get() == Status::Ready && ctx.job.get().is_none() && !ctx.deciding.get();
+    let progress = move || {
+        (ctx.job.get() == Some(Job::PrefixProtocol)).then(|| {
+            let (done, total, label) = ctx.prefix_progress.get().unwrap_or((0, 1, "building the conversations".into()));
+            view! {
+                <div class="progress-line">
+                    <progress data-testid="prefix-progress" aria-label="Prefix protocol progress" max=total value=done></progress>
+                    <span data-testid="prefix-stage">{format!("{done} of {total}: {label}")}</span>
+                    <button type="button" data-testid="prefix-cancel" disabled=move || ctx.cancel_requested.get() on:click=move |_| ctx.cancel_bench()>
+                        {move || if ctx.cancel_requested.get() { "Cancelling…" } else { "Cancel" }}
+                    </button>
+                </div>
+            }
+        })
+    };
+    view! {
+        <section class="card" aria-labelledby="prefix-h">
+            <h2 id="prefix-h">"4 · Prefix reuse (note 04)"</h2>
+            <p class="note">
+                "The router keeps the keys and values of token prefixes it has prefilled in a radix tree (per checkpoint, tokenizer and router_max_tokens) "
+                "and prefills only what follows the longest held prefix. The protocol sends shared prefixes (hits), the same request in other tokens "
+                "(misses), unrelated requests until the cache evicts, then the first conversation again. Every step runs a full prefill too, so the "
+                "table shows the time avoided and that the ranking did not change. Left truncation defeats reuse: once a conversation passes "
+                "router_max_tokens, each turn moves the kept window's start, and the held prefix no longer matches."
+            </p>
+            <div class="row">
+                <label class="field small">"Long conversation (tokens)"
+                    <select data-testid="prefix-tokens" prop:value=move || ctx.prefix_tokens.get()
+                        on:change=move |ev| ctx.prefix_tokens.set(event_target_value(&ev))>
+                        <option value="256">"256"</option>
+                        <option value="1008">"1,008 (+ a 16-token turn = router_max_tokens)"</option>
+                    </select>
+                </label>
+                <button type="button" data-testid="prefix-run" disabled=move || !can_run() on:click=move |_| ctx.run_prefix_protocol()>
+                    "Run the prefix protocol"
+                </button>
+            </div>
+            {progress}
+            {move || ctx.prefix_report.get().map(|(report, cancelled)| view! { <PrefixReportView report=report cancelled=cancelled/> })}
+        </section>
+    }
+}
+
+#[component]
+fn PrefixReportView(report: PrefixReport, cancelled: bool) -> impl IntoView {
+    let e = report.extension.clone();
+    let p50 = |s: &Option<bench::Summary>| s.as_ref().map(|s| format_ms(s.p50)).unwrap_or_else(|| "–".into());
+    view! {
+        <div class="report" data-testid="prefix-report">
+            {cancelled.then(|| view! { <p class="warning">"Cancelled: the steps that ran are shown."</p> })}
+            <div class="table-wrap">
+                <table>
+                    <thead><tr>
+                        <th scope="col">"phase"</th><th scope="col">"step"</th><th scope="col">"tokens"</th><th scope="col">"reused"</th>
+                        <th scope="col">"prefilled"</th><th scope="col">"lookup"</th><th scope="col">"prefill (suffix)"</th>
+                        <th scope="col">"full prefill"</th><th scope="col">"avoided"</th><th scope="col">"cache tokens"</th>
+                        <th scope="col">"evictions"</th><th scope="col">"same ranking"</th>
+                    </tr></thead>
+                    <tbody>
+                        {report.steps.iter().map(|s| view! {
+                            <tr data-testid="prefix-row" data-phase=s.phase.clone() data-reused=s.reused_tokens.to_string() data-same=s.same_ranking.to_string()>
+                                <td>{s.phase.clone()}</td>
+                                <td>{s.label.clone()}</td>
+                                <td class="num">{s.tokens}</td>
+                                <td class="num">{s.reused_tokens}</td>
+                                <td class="num">{s.prefilled_tokens}</td>
+                                <td class="num">{format!("{:.3} ms", s.lookup_ms)}</td>
+                                <td class="num">{format_ms(s.prefill_ms)}</td>
+                                <td class="num">{format_ms(s.full_prefill_ms)}</td>
+                                <td class="num">{format_ms(s.avoided_prefill_ms)}</td>
+                                <td class="num">{s.cache_tokens}</td>
+                                <td class="num">{s.evictions_total}</td>
+                                <td>{if s.same_ranking { "yes".to_string() } else { format!("NO (max score difference {:.2e})", s.max_score_difference) }}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+            {(!e.extended_ms.is_empty()).then(|| view! {
+                <p class="note" data-testid="prefix-target">
+                    {format!(
+                        "A {}-token conversation extended by {} tokens, its prefix cached: p50 {} (lookup p50 {}) against a {}-token decide from scratch: p50 {}; ratio {:.2} (target ≤ 2), lookup {:.3} % of it (target ≤ 1 %). {} iterations each; T_cached ≈ T_lookup + T_prefill(suffix | prefix).",
+                        e.prefix_tokens, e.added_tokens, p50(&e.extended), p50(&e.extended_lookup), e.short_tokens, p50(&e.short),
+                        e.ratio_p50, e.lookup_share_p50 * 100.0, e.extended_ms.len()
+                    )}
+                </p>
+            })}
+            <p class="note">{format!(
+                "Cache budget {} tokens / {}; one token holds {} of K/V and hidden state. Scores of a cached decide agree with a full prefill within {:e}.",
+                report.budget_tokens, bytes_label(report.budget_bytes as f64), bytes_label(report.bytes_per_token as f64), report.score_tolerance
+            )}</p>
+        </div>
     }
 }

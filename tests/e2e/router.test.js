@@ -147,7 +147,7 @@ test('load, decide, bench, export, compare and share on the real model', async (
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('bench-export').click()]);
   const report = JSON.parse(await readFile(await download.path(), 'utf8'));
   assert.deepEqual(Object.keys(report).sort(), Object.keys(NATIVE).sort());
-  assert.equal(report.schema, 'workbench.router-latency/1');
+  assert.equal(report.schema, 'workbench.router-latency/2');
   assert.equal(report.environment.runtime, 'browser');
   assert.equal(report.environment.target, 'wasm32-unknown-unknown');
   // The site is cross-origin isolated: the threads build, one thread per core (up to 8).
@@ -331,4 +331,45 @@ test('both worker builds rank like the native CLI, scores within 1e-5 (measured 
   } finally {
     await plain.close();
   }
+});
+
+test('prefix reuse: a longer decide reuses the held prefix, and the note-04 protocol runs live', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  const system = 'You route coding tasks to the best backend.';
+  const task = 'TimeSeries: misleading exception when required column check fails. Fix the bug in astropy.';
+  const conversation = (user) => ({ messages: [{ role: 'system', content: system }, { role: 'user', content: user }] });
+  const reuse = async () => {
+    const line = await text(page, 'decide-reuse');
+    const [, reused, total, prefilled] = line.match(/(\d+) of (\d+) tokens reused, (\d+) prefilled/);
+    return { reused: Number(reused), total: Number(total), prefilled: Number(prefilled) };
+  };
+  const first = await decide(page, conversation(task));
+  const cold = await reuse();
+  assert.equal(cold.reused, 0, 'nothing is held before the first decide');
+  assert.equal(cold.prefilled, cold.total);
+  // The same task with a sentence more: the system prompt and the task's
+  // tokens are held, only the rest is prefilled.
+  await decide(page, conversation(`${task} The failure is in the column check.`));
+  const warm = await reuse();
+  assert.ok(warm.reused >= cold.total - 3 && warm.prefilled < warm.total / 2, JSON.stringify({ cold, warm }));
+  // The first conversation again: answered from the cache, the same ranking.
+  const again = await decide(page, conversation(task));
+  assert.deepEqual(again.map((r) => r.id), first.map((r) => r.id));
+  assert.equal((await reuse()).prefilled, 0);
+
+  // The protocol, on a 256-token conversation.
+  await page.getByTestId('prefix-tokens').selectOption('256');
+  await page.getByTestId('prefix-run').click();
+  await page.getByTestId('prefix-report').waitFor({ timeout: 300_000 });
+  const rows = await page.locator('[data-testid=prefix-row]').evaluateAll((trs) => trs.map((r) => ({ phase: r.dataset.phase, reused: Number(r.dataset.reused), same: r.dataset.same })));
+  assert.deepEqual([...new Set(rows.map((r) => r.phase))], ['miss', 'hit', 'pressure', 'recovery']);
+  assert.ok(rows.every((r) => r.same === 'true'), 'every cached decide ranks like a full prefill');
+  assert.ok(rows[1].reused >= 256, `the extension reuses the long conversation: ${rows[1].reused}`);
+  const recovery = rows.filter((r) => r.phase === 'recovery');
+  assert.ok(recovery[0].reused < 16 && recovery[1].reused > 256, 'evicted under pressure, then held again');
+  assert.match(await text(page, 'prefix-target'), /ratio \d+\.\d\d \(target ≤ 2\)/);
+  await screenshot(page, 'router-prefix');
+  await page.context().close();
 });

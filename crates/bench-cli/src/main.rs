@@ -48,6 +48,21 @@ struct Args {
     /// Also write the prompts' routing texts (JSON), so other engines can be timed on the same texts.
     #[arg(long)]
     dump_prompts: Option<PathBuf>,
+    /// Also run the field guide's prefix-reuse protocol (note 04): hits,
+    /// misses, eviction under pressure and recovery, each against a full
+    /// prefill, and a long conversation extended by a short turn.
+    #[arg(long)]
+    prefix_protocol: bool,
+    /// Tokens of the protocol's long conversation; 1,008 plus a 16-token
+    /// follow-up fills the default `router_max_tokens` of 1,024 exactly.
+    #[arg(long, default_value_t = 1008)]
+    prefix_tokens: usize,
+    /// The prefix cache's budget in tokens, for --prefix-protocol.
+    #[arg(long, default_value_t = router::CacheBudget::default().max_tokens)]
+    cache_tokens: usize,
+    /// The prefix cache's budget in MiB, for --prefix-protocol.
+    #[arg(long, default_value_t = router::CacheBudget::default().max_bytes >> 20)]
+    cache_mib: u64,
 }
 
 fn main() -> ExitCode {
@@ -96,6 +111,14 @@ fn run(args: Args) -> Result<()> {
         true
     };
     let results = bench::run(&router, &prompts, &protocol, args.router.mode.as_deref(), &mut progress)?;
+    let prefix = if args.prefix_protocol {
+        eprintln!("bench-decide: prefix-reuse protocol");
+        let inputs = bench::prefix::PrefixInputs::from_texts(&router, &texts, args.prefix_tokens, args.iterations)?;
+        let budget = router::CacheBudget { max_tokens: args.cache_tokens, max_bytes: args.cache_mib << 20 };
+        Some(bench::prefix::run(&router, &inputs, budget)?)
+    } else {
+        None
+    };
 
     let report = Report {
         schema: SCHEMA.into(),
@@ -120,11 +143,21 @@ fn run(args: Args) -> Result<()> {
         },
         load: router.load_timings,
         results,
+        prefix,
     };
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("--out {}", args.out.display()))?;
     }
     std::fs::write(&args.out, serde_json::to_string_pretty(&report)?).with_context(|| format!("--out {}", args.out.display()))?;
-    println!("{}\n\n{}\n{}\n\nwrote {}", report.table(), report.conditions(), report.boundaries(), args.out.display());
+    println!("{}\n\n{}\n{}\n", report.table(), report.conditions(), report.boundaries());
+    if let Some(prefix) = &report.prefix {
+        println!(
+            "Prefix reuse (note 04), cache budget {} tokens / {} MiB:\n\n{}",
+            prefix.budget_tokens,
+            prefix.budget_bytes >> 20,
+            prefix.table()
+        );
+    }
+    println!("wrote {}", args.out.display());
     Ok(())
 }

@@ -11,6 +11,7 @@
 pub mod estimate;
 pub mod figures;
 pub mod page;
+pub mod prefix;
 pub mod protocol;
 pub mod report;
 #[cfg(feature = "engine")]
@@ -22,7 +23,7 @@ pub mod tasks;
 mod testing;
 
 pub use protocol::Protocol;
-pub use report::{Environment, LengthResult, Provenance, Report, SCHEMA};
+pub use report::{Environment, LengthResult, Provenance, Report, SCHEMA, SCHEMAS_READ};
 #[cfg(feature = "engine")]
 pub use run::{run, Phase, Progress, Session, StepDone};
 pub use stats::Summary;

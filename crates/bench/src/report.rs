@@ -9,7 +9,13 @@ use serde::{Deserialize, Serialize};
 use crate::stats::Summary;
 
 /// Schema name and version. Bump the version on any incompatible change.
-pub const SCHEMA: &str = "workbench.router-latency/1";
+/// Version 2 added the prefix-reuse protocol (`prefix`) and the cache's
+/// `lookup_ms` and `insert_ms` stages; a version-1 report reads as a
+/// version-2 one without them.
+pub const SCHEMA: &str = "workbench.router-latency/2";
+
+/// Every schema a report may be read from.
+pub const SCHEMAS_READ: [&str; 2] = ["workbench.router-latency/1", SCHEMA];
 
 /// Where a measurement was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -99,6 +105,9 @@ pub struct Report {
     pub protocol: ProtocolRecord,
     pub load: LoadTimings,
     pub results: Vec<LengthResult>,
+    /// The prefix-reuse protocol (`bench-decide --prefix-protocol`), when run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<crate::prefix::PrefixReport>,
 }
 
 /// Milliseconds as the tables print them: `137 ms`, `42.5 ms`.
@@ -140,8 +149,8 @@ impl Provenance {
             pool_id: router.pool.id.clone(),
             pool_name: router.pool.name.clone(),
             backbone: format!(
-                "{:?} ({} layers, hidden {}, {} heads / {} KV heads)",
-                h.architecture, h.layers, h.hidden, h.heads, h.kv_heads
+                "{} ({} layers, hidden {}, {} heads / {} KV heads)",
+                h.architecture.name, h.layers, h.hidden, h.heads, h.kv_heads
             )
             .to_lowercase(),
             precision: router.precision_label(),

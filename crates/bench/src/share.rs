@@ -5,7 +5,7 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
-use crate::report::{Report, SCHEMA};
+use crate::report::{Report, SCHEMA, SCHEMAS_READ};
 
 /// Prefix of every shared payload; a new layout gets a new prefix.
 const PREFIX: &str = "r1.";
@@ -38,8 +38,12 @@ pub fn parse_report(json: &str, source: &str) -> Result<Report, String> {
 }
 
 fn check_schema(report: &Report) -> Result<(), String> {
-    if report.schema != SCHEMA {
-        return Err(format!("schema `{}`, expected `{SCHEMA}`", report.schema));
+    if !SCHEMAS_READ.contains(&report.schema.as_str()) {
+        return Err(format!(
+            "schema `{}`, expected `{SCHEMA}` (or an older {})",
+            report.schema,
+            SCHEMAS_READ[..SCHEMAS_READ.len() - 1].join(", ")
+        ));
     }
     Ok(())
 }
@@ -59,6 +63,16 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_report_still_reads() {
+        // The native report committed before version 2 (no prefix section,
+        // no cache stages in its timings).
+        let v1 = include_str!("../../../reports/router-latency.cpu.json");
+        let report = parse_report(v1, "router-latency.cpu.json").unwrap();
+        assert_eq!(report.schema, "workbench.router-latency/1");
+        assert!(report.prefix.is_none() && report.results.iter().all(|r| r.cold_stages.lookup_ms == 0.0));
+    }
+
+    #[test]
     fn bad_links_are_named() {
         assert!(decode("x").unwrap_err().contains("does not start with `r1.`"));
         assert!(decode("r1.***").unwrap_err().contains("not base64url"));
@@ -67,7 +81,7 @@ mod tests {
         assert!(decode(&not_a_report).unwrap_err().contains("not a latency report"));
         let mut other = sample_report();
         other.schema = "workbench.router-latency/0".into();
-        assert!(decode(&encode(&other)).unwrap_err().contains("expected `workbench.router-latency/1`"));
+        assert!(decode(&encode(&other)).unwrap_err().contains("expected `workbench.router-latency/2`"));
         assert!(parse_report("[]", "native.json").unwrap_err().starts_with("native.json: not a latency report"));
     }
 }

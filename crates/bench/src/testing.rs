@@ -23,6 +23,7 @@ pub fn sample_report() -> Report {
                     cost_ms: 0.003,
                     rank_ms: 0.004,
                     total_ms: t,
+                    ..StageTimings::default()
                 })
                 .collect();
             LengthResult {
@@ -53,5 +54,6 @@ pub fn sample_report() -> Report {
         protocol: ProtocolRecord { lengths: vec![15, 256, 1024], warmup: 5, iterations: 25, prompts_source: "test".into() },
         load: LoadTimings { weights_ms: 426.0, tokenizer_ms: 279.0, descriptors_ms: 2281.0, descriptor_flops: 0.0 },
         results,
+        prefix: None,
     }
 }

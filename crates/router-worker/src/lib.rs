@@ -23,7 +23,7 @@ use bench::report::{component_versions, Environment, ProtocolRecord, Provenance,
 use bench::tasks::Task;
 use bench::{Protocol, Session};
 use js_sys::Reflect;
-use router::{Conversation, Router, RouterAssets, RouterConfig};
+use router::{CacheBudget, Conversation, PrefixCache, Router, RouterAssets, RouterConfig};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wire::{Activity, BuildInfo, FromWorker, Manifest, ManifestModel, ModeInfo, ModelInfo, Source, StorageInfo, ToWorker};
@@ -48,6 +48,9 @@ struct Loaded {
     info: ModelInfo,
     /// Calls made since the router was loaded.
     calls: usize,
+    /// The Decide button's prefix cache: a conversation decided again with
+    /// more text prefills only what is new. Dropped with the router.
+    prefix_cache: PrefixCache,
 }
 
 /// The worker: its state and the message handler.
@@ -118,7 +121,7 @@ impl RouterWorker {
         let activity = match &message {
             ToWorker::LoadBundled | ToWorker::LoadFile { .. } => Activity::Load,
             ToWorker::Decide { .. } | ToWorker::GemmProbe { .. } => Activity::Decide,
-            ToWorker::Bench { .. } => Activity::Bench,
+            ToWorker::Bench { .. } | ToWorker::PrefixProtocol { .. } => Activity::Bench,
             ToWorker::Storage | ToWorker::ClearCache | ToWorker::Cancel => Activity::Storage,
         };
         if matches!(activity, Activity::Load | Activity::Decide | Activity::Bench) {
@@ -139,6 +142,7 @@ impl RouterWorker {
             ToWorker::Bench { lengths, warmup, iterations, mode } => {
                 self.bench(Protocol { lengths, warmup, iterations, encode_iterations: iterations }, mode).await
             }
+            ToWorker::PrefixProtocol { long_tokens, iterations } => self.prefix_protocol(long_tokens, iterations).await,
             ToWorker::GemmProbe { m, k, n, repeats } => match router::model::gemm_probe(m, k, n, repeats) {
                 Ok(probe) => {
                     post(&FromWorker::GemmProbed { probe });
@@ -242,16 +246,54 @@ impl RouterWorker {
         let router = build_router(&bytes, file_name, &parts.sha256)?;
         let info = model_info(&router, file_name, bytes.len() as u64, parts);
         post(&FromWorker::Loaded { model: Box::new(info.clone()) });
-        *self.loaded.borrow_mut() = Some(Loaded { router, bytes, file_name: file_name.to_string(), info, calls: 0 });
+        *self.loaded.borrow_mut() = Some(Loaded {
+            router,
+            bytes,
+            file_name: file_name.to_string(),
+            info,
+            calls: 0,
+            prefix_cache: PrefixCache::new(CacheBudget::default()),
+        });
         Ok(())
     }
 
     fn decide(&self, conversation: &Conversation, mode: Option<&str>) -> Result<(), String> {
         let mut loaded = self.loaded.borrow_mut();
         let loaded = loaded.as_mut().ok_or("no model is loaded yet")?;
-        let decision = loaded.router.decide(conversation, mode).map_err(|e| e.to_string())?;
+        let decision = loaded.router.decide_with_cache(conversation, mode, &mut loaded.prefix_cache).map_err(|e| e.to_string())?;
         loaded.calls += 1;
         post(&FromWorker::Decided { decision });
+        Ok(())
+    }
+
+    /// The note-04 protocol, one call per step with a yield between, on
+    /// caches of its own (the Decide button's cache is left as it was).
+    async fn prefix_protocol(&self, long_tokens: usize, iterations: usize) -> Result<(), String> {
+        self.cancel.set(false);
+        let loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
+        let outcome = self.prefix_protocol_with(&loaded, long_tokens, iterations).await;
+        *self.loaded.borrow_mut() = Some(loaded);
+        outcome
+    }
+
+    async fn prefix_protocol_with(&self, loaded: &Loaded, long_tokens: usize, iterations: usize) -> Result<(), String> {
+        let texts: Vec<String> = self.tasks.iter().map(|t| t.prompt.clone()).collect();
+        let router = &loaded.router;
+        let inputs = bench::prefix::PrefixInputs::from_texts(router, &texts, long_tokens, iterations).map_err(|e| e.to_string())?;
+        let mut session = bench::prefix::PrefixSession::new(&inputs, CacheBudget::default());
+        let mut cancelled = false;
+        while !session.is_finished() {
+            if self.cancel.get() {
+                cancelled = true;
+                break;
+            }
+            let label = session.step(router, &inputs).map_err(|e| e.to_string())?.unwrap_or_default();
+            let (done, total) = session.progress();
+            post(&FromWorker::PrefixStep { done, total, label });
+            // Let the Cancel message in; outside the timed calls.
+            gloo_timers::future::TimeoutFuture::new(0).await;
+        }
+        post(&FromWorker::PrefixDone { report: Box::new(session.report(router)), cancelled });
         Ok(())
     }
 
@@ -282,6 +324,7 @@ impl RouterWorker {
             let router = build_router(&loaded.bytes, &loaded.file_name, &loaded.info.sha256)?;
             loaded.info.load = router.load_timings;
             loaded.router = router;
+            loaded.prefix_cache.clear();
             post(&FromWorker::Loaded { model: Box::new(loaded.info.clone()) });
         }
         let mut session = Session::new(&prompts, protocol.clone(), mode.as_deref());
@@ -326,6 +369,7 @@ impl RouterWorker {
             },
             load: router.load_timings,
             results: session.into_results(),
+            prefix: None,
         };
         post(&FromWorker::BenchDone { report: Box::new(report), cancelled });
         Ok(())

@@ -13,8 +13,9 @@
 
 #![allow(unsafe_code)]
 
-use crate::kernels::{gemm_panel, Packed, NR};
+use crate::kernels::{gemm_panel, NR};
 use crate::parallel::{self, SharedMut};
+use crate::segment::KvPiece;
 
 /// The shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -23,45 +24,41 @@ pub struct Shape {
     pub kv_heads: usize,
     /// New tokens (query rows).
     pub tokens: usize,
-    /// Keys: cached plus new.
-    pub total: usize,
     pub head_dim: usize,
-    /// Position of the first new token (the cache length).
+    /// Position of the first new token (the tokens held before this call).
     pub start: usize,
+    /// Keys a query may see, itself included (sliding-window layers);
+    /// `None` is every earlier key.
+    pub window: Option<usize>,
 }
 
-/// `q`: `[heads, tokens, d]`, `k` and `v`: `[kv_heads, total, d]`, all
-/// row-major. Query `i` (position `start + i`) attends to keys `0..=start + i`;
-/// query head `h` reads K/V head `h / (heads / kv_heads)`. Returns
-/// `[tokens, heads × d]`, the layout the output projection takes.
+impl Shape {
+    /// The first key position query position `pos` may see.
+    fn first_visible(&self, pos: usize) -> usize {
+        self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
+}
+
+/// `q`: `[tokens × heads·d]`, row-major, as the query projection writes it.
+/// `pieces`: this layer's keys and values for positions `0..start + tokens`,
+/// in order (a cached prefix's segments, then the new tokens' own), read in
+/// place. Query `i` (position `start + i`) attends to keys
+/// `first_visible..=start + i`; query head `h` reads K/V head
+/// `h / (heads / kv_heads)`. Writes `out`, `[tokens × heads·d]`, the layout
+/// the output projection takes.
 ///
 /// Work is cut into (head, block of query rows) tasks for the thread pool;
 /// within a task the scores of a block against its visible keys and the
-/// weighted sum of values are two small matrix products on the same
-/// micro-kernel as the projections, so the attention runs at GEMM speed
-/// rather than one dot product per key.
-pub fn causal(q: &[f32], k: &[f32], v: &[f32], s: Shape, scale: f32) -> Vec<f32> {
+/// weighted sum of values are small matrix products on the projections'
+/// micro-kernel: keys are its `A` (rows read in place, any start), the
+/// block's queries, packed, its `B`; then the softmaxed weights are `A` and
+/// the value rows `B`, accumulated piece by piece.
+pub fn causal(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, scale: f32, out: &mut [f32]) {
     let d = s.head_dim;
+    let held: usize = pieces.iter().map(KvPiece::len).sum();
+    assert_eq!(held, s.start + s.tokens, "keys held for {} positions, queries need {}", held, s.start + s.tokens);
+    assert!(q.len() >= s.tokens * s.heads * d && out.len() >= s.tokens * s.heads * d);
     let group = (s.heads / s.kv_heads.max(1)).max(1);
-    // Keys as "weights" `[total × d]`, packed once per K/V head; values are
-    // read in place when their rows split into whole panels, else padded.
-    let keys: Vec<Packed> = (0..s.kv_heads).map(|g| Packed::from_rows(&k[g * s.total * d..(g + 1) * s.total * d], s.total, d)).collect();
-    let padded = d.div_ceil(NR) * NR;
-    let values: Vec<std::borrow::Cow<'_, [f32]>> = (0..s.kv_heads)
-        .map(|g| {
-            let vg = &v[g * s.total * d..(g + 1) * s.total * d];
-            if padded == d {
-                std::borrow::Cow::Borrowed(vg)
-            } else {
-                let mut copy = vec![0f32; s.total * padded];
-                for (dst, src) in copy.chunks_exact_mut(padded).zip(vg.chunks_exact(d)) {
-                    dst[..d].copy_from_slice(src);
-                }
-                std::borrow::Cow::Owned(copy)
-            }
-        })
-        .collect();
-    let mut out = vec![0f32; s.tokens * s.heads * d];
     let out_ptr = SharedMut(out.as_mut_ptr());
     let blocks = s.tokens.div_ceil(QUERY_BLOCK);
     // Task t: the latest (longest) query blocks first, so the pool's last
@@ -69,42 +66,79 @@ pub fn causal(q: &[f32], k: &[f32], v: &[f32], s: Shape, scale: f32) -> Vec<f32>
     parallel::for_each(s.heads * blocks, |t| {
         let (h, block) = (t % s.heads, blocks - 1 - t / s.heads);
         let rows = block * QUERY_BLOCK..((block + 1) * QUERY_BLOCK).min(s.tokens);
-        let g = h / group;
-        let q_rows = &q[(h * s.tokens + rows.start) * d..(h * s.tokens + rows.end) * d];
-        // SAFETY: this task alone writes rows `rows` × columns of head `h`.
-        unsafe { query_block(q_rows, rows, &keys[g], &values[g], padded, s, scale, out_ptr.ptr().add(h * d)) };
+        // SAFETY: this task alone writes rows `rows` × the `d` columns of head `h`.
+        unsafe { query_block(q, rows, h, h / group, pieces, s, scale, out_ptr.ptr()) };
     });
-    out
 }
 
 /// Query rows per task.
 const QUERY_BLOCK: usize = 32;
 
-/// One head's block of query rows: scores against every key the block's last
-/// row may see, a causal softmax per row (a row's later keys get weight 0),
-/// then the weighted values, written at `out` with row stride `heads × d`.
+/// One head's block of query rows: scores against every key the block may
+/// see, a causal (and windowed) softmax per row, then the weighted values,
+/// written into `out` (row stride `heads × d`) at head `h`'s columns.
 ///
-/// SAFETY: `out` is valid for the block's rows at that stride, and only this
-/// call writes those `d` columns of them.
+/// SAFETY: `out` is valid for `tokens × heads × d` values, and only this
+/// call writes rows `rows` × head `h`'s columns.
 #[allow(clippy::too_many_arguments)]
 unsafe fn query_block(
     q: &[f32],
     rows: std::ops::Range<usize>,
-    keys: &Packed,
-    values: &[f32],
-    ldv: usize,
+    h: usize,
+    g: usize,
+    pieces: &[KvPiece<'_>],
     s: Shape,
     scale: f32,
     out: *mut f32,
 ) {
     let d = s.head_dim;
+    let ld = s.heads * d;
     let m = rows.len();
-    let visible_max = s.start + rows.end;
-    let mut p = vec![0f32; m * visible_max];
-    keys.matmul_prefix_into(q, m, visible_max, &mut p);
-    for (r, row) in p.chunks_exact_mut(visible_max).enumerate() {
-        let visible = s.start + rows.start + r + 1;
-        let (seen, hidden) = row.split_at_mut(visible);
+    let panels = m.div_ceil(NR);
+    let mp = panels * NR;
+    // Key positions [lo, hi) that some row of the block sees.
+    let (lo, hi) = (s.first_visible(s.start + rows.start), s.start + rows.end);
+    let visible = hi - lo;
+
+    // The block's queries as the kernel's B: panels of NR queries, d rows each.
+    let mut packed = vec![0f32; panels * d * NR];
+    for r in 0..m {
+        let src = &q[(rows.start + r) * ld + h * d..][..d];
+        let (panel, lane) = (r / NR, r % NR);
+        for (x, &value) in src.iter().enumerate() {
+            packed[(panel * d + x) * NR + lane] = value;
+        }
+    }
+
+    // Scores transposed, `[visible × mp]`: keys are rows, so each piece's
+    // keys are read in place as the kernel's A.
+    let mut scores_t = vec![0f32; visible * mp];
+    for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
+        let keys = &piece.keys[(g * piece.head_rows + first_row) * d..][..count * d];
+        for p in 0..panels {
+            // SAFETY: `scores_t` has rows at..at + count of mp values, and
+            // columns p·NR..p·NR + NR < mp.
+            unsafe { gemm_panel(keys, d, count, d, &packed[p * d * NR..], NR, scores_t.as_mut_ptr().add(at * mp + p * NR), mp, NR, false) };
+        }
+    });
+
+    // Transposed once into row-major weights `[m × visible]` (reading the
+    // scores in order), so the softmax runs over contiguous rows: reading a
+    // row straight out of `scores_t` strides 32 floats per key and made a
+    // 1,024-token prefill 12 % slower.
+    let mut weights = vec![0f32; m * visible];
+    for (j, scores) in scores_t.chunks_exact(mp).enumerate() {
+        for (r, &score) in scores[..m].iter().enumerate() {
+            weights[r * visible + j] = score;
+        }
+    }
+    // Softmax per query row; keys a row may not see get weight 0.
+    for (r, row) in weights.chunks_exact_mut(visible).enumerate() {
+        let pos = s.start + rows.start + r;
+        let seen = s.first_visible(pos) - lo..pos + 1 - lo;
+        row[..seen.start].fill(0.0);
+        row[seen.end..].fill(0.0);
+        let seen = &mut row[seen];
         let max = seen.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) * scale;
         let mut sum = 0.0f32;
         for score in seen.iter_mut() {
@@ -113,15 +147,48 @@ unsafe fn query_block(
         }
         let inv = 1.0 / sum;
         seen.iter_mut().for_each(|x| *x *= inv);
-        hidden.fill(0.0);
     }
-    for panel in 0..ldv / NR {
-        let cols = NR.min(d - panel * NR);
-        // SAFETY: per this function's contract; `values` has `visible_max`
-        // rows of `ldv` values.
-        unsafe {
-            gemm_panel(&p, m, visible_max, &values[panel * NR..], ldv, out.add(rows.start * s.heads * d + panel * NR), s.heads * d, cols)
-        };
+
+    // Weighted values: the weights' columns for a piece times its value
+    // rows, accumulated over the pieces in order.
+    let width = d.div_ceil(NR) * NR;
+    let mut first = true;
+    for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
+        let values = &piece.values[(g * piece.head_rows + first_row) * width..][..count * width];
+        for panel in 0..width / NR {
+            let cols = NR.min(d - panel * NR);
+            // SAFETY: per this function's contract; `weights` has m rows of
+            // `visible` values, of which columns at..at + count are read.
+            unsafe {
+                gemm_panel(
+                    &weights[at..],
+                    visible,
+                    m,
+                    count,
+                    &values[panel * NR..],
+                    width,
+                    out.add(rows.start * ld + h * d + panel * NR),
+                    ld,
+                    cols,
+                    !first,
+                )
+            };
+        }
+        first = false;
+    });
+}
+
+/// Calls `f(piece, first_row, count, at)` for each piece's part inside key
+/// positions `[lo, hi)`: `count` rows from the piece's row `first_row`,
+/// which are positions `lo + at..`.
+fn for_each_overlap(pieces: &[KvPiece<'_>], lo: usize, hi: usize, mut f: impl FnMut(&KvPiece<'_>, usize, usize, usize)) {
+    let mut base = 0;
+    for piece in pieces {
+        let (from, to) = (base.max(lo), (base + piece.len()).min(hi));
+        if from < to {
+            f(piece, piece.rows.start + (from - base), to - from, from - lo);
+        }
+        base += piece.len();
     }
 }
 
@@ -167,18 +234,21 @@ mod tests {
     }
 
     /// The naive definition: full scores, a mask, softmax with libm, weights × V.
+    /// `k` and `v` are `[kv_heads × total × d]`, `q` `[tokens × heads × d]`.
     fn reference(q: &[f32], k: &[f32], v: &[f32], s: Shape, scale: f32) -> Vec<f32> {
         let d = s.head_dim;
+        let total = s.start + s.tokens;
         let mut out = vec![0f32; s.tokens * s.heads * d];
         for h in 0..s.heads {
             let g = h / (s.heads / s.kv_heads);
             for i in 0..s.tokens {
-                let scores: Vec<f64> = (0..s.total)
+                let pos = s.start + i;
+                let scores: Vec<f64> = (0..total)
                     .map(|j| {
-                        if j > s.start + i {
+                        if j > pos || j < s.first_visible(pos) {
                             f64::NEG_INFINITY
                         } else {
-                            (0..d).map(|x| q[(h * s.tokens + i) * d + x] as f64 * k[(g * s.total + j) * d + x] as f64).sum::<f64>()
+                            (0..d).map(|x| q[(i * s.heads + h) * d + x] as f64 * k[(g * total + j) * d + x] as f64).sum::<f64>()
                                 * scale as f64
                         }
                     })
@@ -188,7 +258,7 @@ mod tests {
                 let sum: f64 = exps.iter().sum();
                 for x in 0..d {
                     out[(i * s.heads + h) * d + x] =
-                        (0..s.total).map(|j| exps[j] / sum * v[(g * s.total + j) * d + x] as f64).sum::<f64>() as f32;
+                        (0..total).map(|j| exps[j] / sum * v[(g * total + j) * d + x] as f64).sum::<f64>() as f32;
                 }
             }
         }
@@ -199,16 +269,42 @@ mod tests {
         crate::kernels::xorshift_values(len, 0x9e37_79b9u32 ^ salt)
     }
 
+    /// Values padded to whole panels, as a segment stores them.
+    fn padded(v: &[f32], d: usize) -> Vec<f32> {
+        let width = d.div_ceil(NR) * NR;
+        v.chunks_exact(d).flat_map(|row| row.iter().copied().chain(std::iter::repeat_n(0.0, width - d))).collect()
+    }
+
     #[test]
-    fn matches_the_masked_softmax_definition_with_grouped_heads_and_a_cache() {
-        for (heads, kv_heads, tokens, start, d) in [(9, 3, 17, 0, 64), (4, 4, 5, 7, 12), (8, 2, 33, 3, 128), (2, 1, 1, 0, 8)] {
-            let s = Shape { heads, kv_heads, tokens, total: start + tokens, head_dim: d, start };
-            let (q, k, v) = (data(heads * tokens * d, 1), data(kv_heads * s.total * d, 2), data(kv_heads * s.total * d, 3));
+    fn matches_the_masked_softmax_definition_with_grouped_heads_pieces_and_windows() {
+        let shape = |heads, kv_heads, tokens, start, head_dim, window| Shape { heads, kv_heads, tokens, head_dim, start, window };
+        // Shapes, and where the held keys are cut into pieces.
+        let cases: [(Shape, &[usize]); 6] = [
+            (shape(9, 3, 17, 0, 64, None), &[]),
+            (shape(4, 4, 5, 7, 12, None), &[3]),
+            (shape(8, 2, 33, 3, 128, None), &[1, 2, 20]),
+            (shape(2, 1, 1, 0, 8, None), &[]),
+            (shape(4, 2, 70, 9, 16, Some(24)), &[9, 40]),
+            (shape(2, 2, 40, 0, 8, Some(1)), &[]),
+        ];
+        for (s, cuts) in cases {
+            let Shape { heads, kv_heads, tokens, head_dim: d, start, .. } = s;
+            let total = start + tokens;
+            let (q, k, v) = (data(tokens * heads * d, 1), data(kv_heads * total * d, 2), data(kv_heads * total * d, 3));
+            let vp = padded(&v, d);
+            // Views of one buffer, cut at `cuts`: as a cached prefix's segments and the new one.
+            let mut bounds = vec![0];
+            bounds.extend_from_slice(cuts);
+            bounds.push(total);
+            let pieces: Vec<KvPiece<'_>> =
+                bounds.windows(2).map(|w| KvPiece { keys: &k, values: &vp, head_rows: total, rows: w[0]..w[1] }).collect();
             let scale = 1.0 / (d as f32).sqrt();
-            let ours = causal(&q, &k, &v, s, scale);
+            let mut ours = vec![f32::NAN; tokens * heads * d];
+            causal(&q, &pieces, s, scale, &mut ours);
+            assert!(ours.iter().all(|x| x.is_finite()), "{s:?}: every output written");
             let want = reference(&q, &k, &v, s, scale);
             let worst = ours.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            assert!(worst < 2e-5, "{s:?}: worst |difference| {worst}");
+            assert!(worst < 2e-5, "{s:?} cut at {cuts:?}: worst |difference| {worst}");
         }
     }
 }

@@ -54,6 +54,13 @@ pub struct StageTimings {
     pub score_ms: f64,
     pub cost_ms: f64,
     pub rank_ms: f64,
+    /// Prefix cache: finding the longest held prefix (inside the prefill
+    /// stage's boundary in the field guide's table, timed apart here).
+    #[serde(default)]
+    pub lookup_ms: f64,
+    /// Prefix cache: adding the new tokens' state and evicting to budget.
+    #[serde(default)]
+    pub insert_ms: f64,
     /// The whole call, end to end.
     pub total_ms: f64,
 }
@@ -83,6 +90,23 @@ pub struct Decision {
     pub tokens_used: usize,
     pub truncated: bool,
     pub timings: StageTimings,
+    /// What a prefix cache gave, when the call used one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<PrefixReuse>,
+}
+
+/// Prefix reuse in one call: `tokens_used = reused_tokens + prefilled_tokens`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrefixReuse {
+    /// Tokens whose state came from the cache.
+    pub reused_tokens: usize,
+    /// Tokens prefilled in this call (the suffix).
+    pub prefilled_tokens: usize,
+    /// Tokens and bytes the cache held after the call.
+    pub cache_tokens: usize,
+    pub cache_bytes: u64,
+    /// Leaves the cache had evicted, in all, after the call.
+    pub evictions_total: u64,
 }
 
 /// The scores `encode_and_score` returns, in pool order.
@@ -94,6 +118,8 @@ pub struct Scores {
     pub tokens_used: usize,
     pub truncated: bool,
     pub timings: StageTimings,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<PrefixReuse>,
 }
 
 /// What `model::gemm_probe` measured.

@@ -9,8 +9,8 @@ pub enum RouterError {
     #[error("{file}: not a valid GGUF checkpoint: {reason}")]
     Gguf { file: String, reason: String },
     /// A GGUF for an architecture this backbone does not implement.
-    #[error("{file}: unsupported architecture `{arch}` (supported: llama, qwen3)")]
-    UnsupportedArchitecture { file: String, arch: String },
+    #[error("{file}: unsupported architecture `{arch}` (supported: {supported})")]
+    UnsupportedArchitecture { file: String, arch: String, supported: String },
     /// A tensor stored in a quantization type we cannot compute with.
     #[error(
         "{file}: tensor `{tensor}` uses unsupported type {dtype} (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K–Q6_K)"

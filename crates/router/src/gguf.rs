@@ -13,6 +13,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use sha2::{Digest, Sha256};
 
+use crate::arch::Arch;
 use crate::error::{Result, RouterError};
 
 /// GGML type ids candle can compute with, and their (block elements, block bytes).
@@ -174,20 +175,11 @@ pub fn ggml_name(dtype: GgmlDType) -> &'static str {
     }
 }
 
-/// Which forward pass a checkpoint needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Architecture {
-    /// Llama family (SmolLM2): RoPE on interleaved pairs, as llama.cpp stores it.
-    Llama,
-    /// Qwen3: per-head RMSNorm on queries and keys, NeoX (half-split) RoPE.
-    Qwen3,
-}
-
 /// The hyper-parameters a forward pass needs, read from GGUF metadata.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Hparams {
-    pub architecture: Architecture,
+    /// The description the forward pass reads ([`crate::arch`]).
+    pub architecture: &'static Arch,
     pub layers: usize,
     pub hidden: usize,
     pub heads: usize,
@@ -198,6 +190,8 @@ pub struct Hparams {
     pub rms_eps: f64,
     pub rope_theta: f32,
     pub context_length: usize,
+    /// `attention.sliding_window`, for architectures with sliding-window layers.
+    pub sliding_window: Option<usize>,
 }
 
 impl Hparams {
@@ -327,10 +321,8 @@ fn read_hparams(content: &Content, file: &str) -> Result<Hparams> {
         Some(_) => return Err(meta_err("general.architecture", "is not a string")),
         None => return Err(meta_err("general.architecture", "is missing")),
     };
-    let architecture = match arch_name.as_str() {
-        "llama" => Architecture::Llama,
-        "qwen3" => Architecture::Qwen3,
-        _ => return Err(RouterError::UnsupportedArchitecture { file: file.to_string(), arch: arch_name }),
+    let Some(architecture) = crate::arch::find(&arch_name) else {
+        return Err(RouterError::UnsupportedArchitecture { file: file.to_string(), arch: arch_name, supported: crate::arch::supported() });
     };
     let int = |suffix: &str| -> Result<usize> {
         let key = format!("{arch_name}.{suffix}");
@@ -375,5 +367,6 @@ fn read_hparams(content: &Content, file: &str) -> Result<Hparams> {
         rms_eps: float("attention.layer_norm_rms_epsilon", 1e-6)?,
         rope_theta: float("rope.freq_base", 10_000.0)? as f32,
         context_length: int("context_length").unwrap_or(8192),
+        sliding_window: int("attention.sliding_window").ok().filter(|&w| w > 0),
     })
 }

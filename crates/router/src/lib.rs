@@ -12,6 +12,8 @@
 //! those and so never compiles or links candle, which lives in the worker.
 
 #[cfg(feature = "engine")]
+pub mod arch;
+#[cfg(feature = "engine")]
 pub mod attention;
 pub mod conversation;
 pub mod decision;
@@ -30,21 +32,27 @@ pub mod parallel;
 #[cfg(feature = "engine")]
 pub mod pool;
 #[cfg(feature = "engine")]
+pub mod prefix;
+#[cfg(feature = "engine")]
 pub mod prompts;
 #[cfg(feature = "engine")]
 pub mod router;
+#[cfg(feature = "engine")]
+pub mod segment;
 #[cfg(feature = "engine")]
 pub mod synthetic;
 #[cfg(feature = "engine")]
 pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role};
-pub use decision::{Decision, FlopModel, GemmProbe, LoadTimings, Ranked, Scores, StageTimings};
+pub use decision::{Decision, FlopModel, GemmProbe, LoadTimings, PrefixReuse, Ranked, Scores, StageTimings};
 #[cfg(feature = "engine")]
 pub use error::{Result, RouterError};
 #[cfg(feature = "engine")]
 pub use model::Precision;
 #[cfg(feature = "engine")]
 pub use pool::Pool;
+#[cfg(feature = "engine")]
+pub use prefix::{CacheBudget, Namespace, PrefixCache};
 #[cfg(feature = "engine")]
 pub use router::{Router, RouterAssets, RouterConfig};

@@ -1,20 +1,29 @@
-//! The decoder backbone: a forward pass from token ids to the final hidden
-//! state (after the output norm), for the llama and qwen3 GGUF layouts.
+//! The decoder backbone: one forward pass from token ids to the final
+//! hidden states (after the output norm), for every architecture described
+//! in [`crate::arch`].
 //!
-//! A router needs no LM head, so `output.weight` is never loaded. The two
-//! architectures differ in two places only: qwen3 normalises each query and
-//! key head (`attn_q_norm`, `attn_k_norm`) and rotates half-split pairs
-//! (NeoX RoPE), while llama.cpp stores llama's Q and K permuted so that RoPE
-//! rotates interleaved pairs.
+//! A router needs no LM head, so `output.weight` is never loaded. The pass
+//! keeps its activations in plain `[tokens × width]` f32 buffers and writes
+//! each layer's keys and values straight into a new [`Segment`], in the
+//! layout attention reads; a call continues from any [`KvState`] (a cached
+//! prefix) without copying what it holds. candle is used where it is the
+//! better tool: parsing the GGUF, the quantized embedding rows, dequantizing
+//! at load and the quantized matmul; natively the f32 projections call the
+//! GEMM candle itself uses (`kernels::gemm_dense`) on these buffers.
+
+use std::sync::Arc;
 
 use candle_core::quantized::QMatMul;
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{Device, Module, Tensor};
 
+use crate::arch::{Activation, Arch, EmbeddingScale, LayerKind, RopeStyle};
 use crate::attention;
 use crate::dequant;
 use crate::error::{Result, RouterError};
-use crate::gguf::{Architecture, Checkpoint, Hparams};
+use crate::gguf::{Checkpoint, Hparams};
 use crate::kernels::Packed;
+use crate::parallel;
+use crate::segment::{KvLayout, KvState, Segment, SegmentView};
 
 /// How weights are computed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -37,18 +46,50 @@ impl Precision {
     }
 }
 
-/// A projection. In the browser, f32 weights are repacked at load for
-/// `kernels`' SIMD128 micro-kernel, which beats candle's generic GEMM there;
-/// natively candle's GEMM (AVX2/AVX-512, multi-threaded) is the faster one
-/// on the machines measured, so it stays.
-enum Linear {
-    Candle(QMatMul),
+/// A projection, with its optional bias. In the browser, f32 weights are
+/// repacked at load for `kernels`' SIMD128 micro-kernel, which beats
+/// candle's generic GEMM there; natively candle's GEMM (the `gemm` crate,
+/// AVX2/AVX-512, multi-threaded) is the faster one on the machines
+/// measured, so it runs, called directly on the activation buffers.
+struct Linear {
+    weight: Weights,
+    bias: Option<Vec<f32>>,
+}
+
+enum Weights {
+    /// candle's quantized matmul on the stored blocks (`Precision::Quantized`).
+    Quantized(QMatMul),
+    /// f32 `[n × k]`, natively: `kernels::gemm_dense` (candle's own GEMM,
+    /// called on our buffers).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    Dense { weight: Vec<f32>, n: usize, k: usize },
+    /// f32 repacked for the SIMD128 micro-kernel, in the browser.
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     Packed(Packed),
 }
 
 impl Linear {
     fn load(ck: &Checkpoint, name: &str, rows: usize, cols: usize, precision: Precision) -> Result<Linear> {
+        Ok(Linear { weight: Weights::load(ck, &format!("{name}.weight"), rows, cols, precision)?, bias: None })
+    }
+
+    fn with_bias(mut self, ck: &Checkpoint, name: &str, rows: usize) -> Result<Linear> {
+        self.bias = Some(vector(ck, &format!("{name}.bias"), rows)?);
+        Ok(self)
+    }
+
+    /// `x` is `[t × in]`; returns `[t × out]`.
+    fn forward(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
+        let mut y = self.weight.forward(x, t)?;
+        if let Some(bias) = &self.bias {
+            y.chunks_exact_mut(bias.len()).for_each(|row| row.iter_mut().zip(bias).for_each(|(y, b)| *y += b));
+        }
+        Ok(y)
+    }
+}
+
+impl Weights {
+    fn load(ck: &Checkpoint, name: &str, rows: usize, cols: usize, precision: Precision) -> Result<Weights> {
         // candle reports GGUF shapes in PyTorch order: [out (rows), in (cols)].
         ck.expect_shape(name, &[rows, cols])?;
         let q = ck.tensor(name)?;
@@ -58,36 +99,40 @@ impl Linear {
                 // every thread: no intermediate f32 tensor or copies.
                 let data = q.data()?;
                 let row_bytes = data.len() / rows;
-                Linear::Packed(Packed::from_row_fn(rows, cols, |r, out| {
+                Weights::Packed(Packed::from_row_fn(rows, cols, |r, out| {
                     dequant::row(q.dtype(), &data[r * row_bytes..(r + 1) * row_bytes], out);
                 }))
             }
-            Precision::DequantizedF32 => Linear::from_f32(q.dequantize(&Device::Cpu)?)?,
-            Precision::Quantized => Linear::Candle(QMatMul::from_qtensor(q)?),
+            Precision::DequantizedF32 => Weights::from_f32(q.dequantize(&Device::Cpu)?)?,
+            Precision::Quantized => Weights::Quantized(QMatMul::from_qtensor(q)?),
         })
     }
 
     /// An f32 weight `[out × in]`, in the layout this target computes fastest with.
-    fn from_f32(weight: Tensor) -> Result<Linear> {
+    fn from_f32(weight: Tensor) -> Result<Weights> {
         #[cfg(target_arch = "wasm32")]
         {
             let (rows, cols) = weight.dims2()?;
-            Ok(Linear::Packed(Packed::from_rows(&weight.flatten_all()?.to_vec1::<f32>()?, rows, cols)))
+            Ok(Weights::Packed(Packed::from_rows(&weight.flatten_all()?.to_vec1::<f32>()?, rows, cols)))
         }
         #[cfg(not(target_arch = "wasm32"))]
         {
-            Ok(Linear::Candle(QMatMul::Tensor(weight)))
+            let (n, k) = weight.dims2()?;
+            Ok(Weights::Dense { weight: weight.flatten_all()?.to_vec1::<f32>()?, n, k })
         }
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
         match self {
-            Linear::Candle(m) => Ok(m.forward(x)?),
-            Linear::Packed(p) => {
-                let (t, _) = x.dims2()?;
-                let y = p.matmul(&x.flatten_all()?.to_vec1::<f32>()?, t);
-                Ok(Tensor::from_vec(y, (t, p.n), &Device::Cpu)?)
+            Weights::Quantized(m) => {
+                let input = Tensor::from_slice(x, (t, x.len() / t.max(1)), &Device::Cpu)?;
+                Ok(m.forward(&input)?.flatten_all()?.to_vec1::<f32>()?)
             }
+            #[cfg(not(target_arch = "wasm32"))]
+            Weights::Dense { weight, n, k } => Ok(crate::kernels::gemm_dense(x, t, *k, weight, *n)),
+            #[cfg(target_arch = "wasm32")]
+            Weights::Dense { .. } => unreachable!("dense weights are native only"),
+            Weights::Packed(p) => Ok(p.matmul(x, t)),
         }
     }
 }
@@ -99,16 +144,16 @@ impl Linear {
 pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize) -> Result<crate::GemmProbe> {
     // Varied values, so no kernel meets only zeros or ones.
     let values = |len: usize, salt: usize| (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect::<Vec<f32>>();
-    let x = Tensor::from_vec(values(m * k, 1), (m, k), &Device::Cpu)?;
-    let weight = Linear::from_f32(Tensor::from_vec(values(n * k, 5), (n, k), &Device::Cpu)?)?;
+    let x = values(m * k, 1);
+    let weight = Weights::from_f32(Tensor::from_vec(values(n * k, 5), (n, k), &Device::Cpu)?)?;
     // One untimed call: the first allocates.
-    weight.forward(&x)?;
+    weight.forward(&x, m)?;
     let mut times = Vec::with_capacity(repeats.max(1));
     for _ in 0..repeats.max(1) {
         let started = web_time::Instant::now();
-        let y = weight.forward(&x)?;
+        let y = weight.forward(&x, m)?;
         // Make sure the result exists before the clock stops.
-        let _ = y.dims();
+        std::hint::black_box(&y);
         times.push(started.elapsed().as_secs_f64() * 1000.0);
     }
     times.sort_by(f64::total_cmp);
@@ -125,32 +170,126 @@ pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize) -> Result<crate:
     })
 }
 
-fn norm_weight(ck: &Checkpoint, name: &str, size: usize) -> Result<Tensor> {
+/// A 1-D tensor (a norm's weight, a bias) as f32 values.
+fn vector(ck: &Checkpoint, name: &str, size: usize) -> Result<Vec<f32>> {
     ck.expect_shape(name, &[size])?;
-    Ok(ck.tensor(name)?.dequantize(&Device::Cpu)?)
+    Ok(ck.tensor(name)?.dequantize(&Device::Cpu)?.to_vec1::<f32>()?)
 }
 
+/// One layer's weights. Optional parts are present exactly when the
+/// architecture's description asks for them.
 struct Layer {
-    attn_norm: Tensor,
+    kind: LayerKind,
+    /// Index into `Backbone::rope` of this layer's RoPE base.
+    rope: usize,
+    attn_norm: Vec<f32>,
     q: Linear,
     k: Linear,
     v: Linear,
     o: Linear,
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
-    ffn_norm: Tensor,
+    /// Per-head RMSNorm of queries and keys (`qk_norm`).
+    qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    /// RMSNorm of the attention and feed-forward outputs (`post_norms`).
+    post_norms: Option<(Vec<f32>, Vec<f32>)>,
+    ffn_norm: Vec<f32>,
     gate: Linear,
     up: Linear,
     down: Linear,
 }
 
-/// Keys and values of the tokens processed so far, per layer, after RoPE:
-/// `[1, kv_heads, tokens, head_dim]`. A later prefix-reuse feature can keep
-/// one and continue from it.
-#[derive(Debug, Clone, Default)]
-pub struct KvCache {
-    pub layers: Vec<(Tensor, Tensor)>,
-    pub tokens: usize,
+/// cos and sin of every position's angles for one RoPE base,
+/// `[positions × head_dim / 2]`.
+struct RopeTable {
+    base: f32,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl RopeTable {
+    fn new(base: f32, head_dim: usize, positions: usize) -> RopeTable {
+        let half = head_dim / 2;
+        let inv: Vec<f32> = (0..half).map(|i| 1.0 / base.powf(2.0 * i as f32 / head_dim as f32)).collect();
+        let angles = || (0..positions).flat_map(|p| inv.iter().map(move |f| p as f32 * f));
+        RopeTable { base, cos: angles().map(f32::cos).collect(), sin: angles().map(f32::sin).collect() }
+    }
+
+    /// Rotates every head of `x` (`[t × heads·d]`; row `i` at position `start + i`).
+    fn apply(&self, x: &mut [f32], width: usize, head_dim: usize, start: usize, style: RopeStyle) {
+        let half = head_dim / 2;
+        // Pair j is (j·step, j·step + partner): (2j, 2j + 1) or (j, j + d/2).
+        let (step, partner) = match style {
+            RopeStyle::Interleaved => (2, 1),
+            RopeStyle::HalfSplit => (1, half),
+        };
+        rows_mut(x, width, |first, run| {
+            for (i, row) in run.chunks_exact_mut(width).enumerate() {
+                let at = (start + first + i) * half;
+                let (cos, sin) = (&self.cos[at..at + half], &self.sin[at..at + half]);
+                for head in row.chunks_exact_mut(head_dim) {
+                    for j in 0..half {
+                        let (a, b) = (j * step, j * step + partner);
+                        let (x0, x1) = (head[a], head[b]);
+                        head[a] = x0 * cos[j] - x1 * sin[j];
+                        head[b] = x0 * sin[j] + x1 * cos[j];
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// `work(first_row, run)` over runs of `width`-wide rows of `out`, on the
+/// pool's threads: the row-wise passes between projections (norms, RoPE,
+/// activations, residual adds) would otherwise leave every other core idle.
+fn rows_mut(out: &mut [f32], width: usize, work: impl Fn(usize, &mut [f32]) + Sync) {
+    let rows = out.len() / width.max(1);
+    parallel::for_each_rows_mut(out, width, parallel::rows_per_task(rows), work);
+}
+
+/// `1 / RMS(row)` with the norm's epsilon.
+fn inverse_rms(row: &[f32], eps: f32) -> f32 {
+    let mean_square = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / row.len() as f64;
+    1.0 / ((mean_square as f32) + eps).sqrt()
+}
+
+/// RMSNorm of each `weight.len()`-wide row of `x`, into `out`.
+fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let width = weight.len();
+    rows_mut(out, width, |first, run| {
+        for (i, dst) in run.chunks_exact_mut(width).enumerate() {
+            let row = &x[(first + i) * width..][..width];
+            let inv = inverse_rms(row, eps);
+            dst.iter_mut().zip(row).zip(weight).for_each(|((d, &v), &w)| *d = v * inv * w);
+        }
+    });
+}
+
+/// RMSNorm in place, per `weight.len()`-wide row (or per head).
+fn rms_norm(x: &mut [f32], weight: &[f32], eps: f32) {
+    let width = weight.len();
+    rows_mut(x, width, |_, run| {
+        for row in run.chunks_exact_mut(width) {
+            let inv = inverse_rms(row, eps);
+            row.iter_mut().zip(weight).for_each(|(v, &w)| *v = *v * inv * w);
+        }
+    });
+}
+
+/// `x += y`, row-wise on the pool.
+fn add_rows(x: &mut [f32], y: &[f32], width: usize) {
+    rows_mut(x, width, |first, run| run.iter_mut().zip(&y[first * width..]).for_each(|(x, y)| *x += y));
+}
+
+impl Activation {
+    fn apply(self, x: f32) -> f32 {
+        match self {
+            Activation::Silu => x / (1.0 + (-x).exp()),
+            Activation::GeluTanh => {
+                const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+                0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+            }
+        }
+    }
 }
 
 /// The loaded backbone.
@@ -159,125 +298,184 @@ pub struct Backbone {
     pub precision: Precision,
     embeddings: candle_core::quantized::QTensor,
     layers: Vec<Layer>,
-    output_norm: Tensor,
-    cos: Tensor,
-    sin: Tensor,
+    output_norm: Vec<f32>,
+    /// One table per distinct RoPE base among the layers.
+    rope: Vec<RopeTable>,
+    /// Positions the RoPE tables cover: the longest sequence a state may reach.
+    positions: usize,
 }
 
 impl Backbone {
-    /// Loads every tensor the forward pass needs, checking shapes.
+    /// Loads every tensor the architecture's description asks for, checking shapes.
     pub fn load(ck: &Checkpoint, precision: Precision) -> Result<Backbone> {
         let h = ck.hparams.clone();
+        let arch: &Arch = h.architecture;
         let q_dim = h.heads * h.head_dim;
         let kv_dim = h.kv_heads * h.head_dim;
+        if !h.head_dim.is_multiple_of(2) {
+            return Err(RouterError::Metadata {
+                file: ck.file.clone(),
+                key: format!("{}.attention.key_length", arch.name),
+                reason: format!("head dim {} is odd; RoPE needs pairs", h.head_dim),
+            });
+        }
         ck.expect_shape("token_embd.weight", &[h.vocab, h.hidden])?;
         let embeddings = ck.tensor("token_embd.weight")?;
+        let positions = h.context_length.clamp(1, 32_768);
+        let mut rope: Vec<RopeTable> = Vec::new();
         let mut layers = Vec::with_capacity(h.layers);
         for i in 0..h.layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            let qk_norms = h.architecture == Architecture::Qwen3;
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let kind = arch.layer_kind(i, h.rope_theta, h.sliding_window);
+            let rope_index = match rope.iter().position(|t| t.base == kind.rope_base) {
+                Some(index) => index,
+                None => {
+                    rope.push(RopeTable::new(kind.rope_base, h.head_dim, positions));
+                    rope.len() - 1
+                }
+            };
+            let mut q = Linear::load(ck, &n("attn_q"), q_dim, h.hidden, precision)?;
+            let mut k = Linear::load(ck, &n("attn_k"), kv_dim, h.hidden, precision)?;
+            let mut v = Linear::load(ck, &n("attn_v"), kv_dim, h.hidden, precision)?;
+            if arch.qkv_bias {
+                q = q.with_bias(ck, &n("attn_q"), q_dim)?;
+                k = k.with_bias(ck, &n("attn_k"), kv_dim)?;
+                v = v.with_bias(ck, &n("attn_v"), kv_dim)?;
+            }
+            let norm = |s: &str, size: usize| vector(ck, &format!("{}.weight", n(s)), size);
             layers.push(Layer {
-                attn_norm: norm_weight(ck, &n("attn_norm"), h.hidden)?,
-                q: Linear::load(ck, &n("attn_q"), q_dim, h.hidden, precision)?,
-                k: Linear::load(ck, &n("attn_k"), kv_dim, h.hidden, precision)?,
-                v: Linear::load(ck, &n("attn_v"), kv_dim, h.hidden, precision)?,
+                kind,
+                rope: rope_index,
+                attn_norm: norm("attn_norm", h.hidden)?,
+                q,
+                k,
+                v,
                 o: Linear::load(ck, &n("attn_output"), h.hidden, q_dim, precision)?,
-                q_norm: if qk_norms { Some(norm_weight(ck, &n("attn_q_norm"), h.head_dim)?) } else { None },
-                k_norm: if qk_norms { Some(norm_weight(ck, &n("attn_k_norm"), h.head_dim)?) } else { None },
-                ffn_norm: norm_weight(ck, &n("ffn_norm"), h.hidden)?,
+                qk_norm: if arch.qk_norm { Some((norm("attn_q_norm", h.head_dim)?, norm("attn_k_norm", h.head_dim)?)) } else { None },
+                post_norms: if arch.post_norms {
+                    Some((norm("post_attention_norm", h.hidden)?, norm("post_ffw_norm", h.hidden)?))
+                } else {
+                    None
+                },
+                ffn_norm: norm("ffn_norm", h.hidden)?,
                 gate: Linear::load(ck, &n("ffn_gate"), h.ffn, h.hidden, precision)?,
                 up: Linear::load(ck, &n("ffn_up"), h.ffn, h.hidden, precision)?,
                 down: Linear::load(ck, &n("ffn_down"), h.hidden, h.ffn, precision)?,
             });
         }
-        let output_norm = norm_weight(ck, "output_norm.weight", h.hidden)?;
-        if !h.head_dim.is_multiple_of(2) {
-            return Err(RouterError::Metadata {
-                file: ck.file.clone(),
-                key: "attention.key_length".into(),
-                reason: format!("head dim {} is odd; RoPE needs pairs", h.head_dim),
-            });
-        }
-        let (cos, sin) = rope_tables(&h, h.context_length.clamp(1, 32_768))?;
-        Ok(Backbone { hparams: h, precision, embeddings, layers, output_norm, cos, sin })
+        let output_norm = vector(ck, "output_norm.weight", h.hidden)?;
+        Ok(Backbone { hparams: h, precision, embeddings, layers, output_norm, rope, positions })
     }
 
-    /// Runs `ids` after whatever `cache` holds and returns the final hidden
-    /// states `[ids.len(), hidden]`, appending the new keys and values.
-    pub fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+    /// The shape of one token's K/V state.
+    pub fn kv_layout(&self) -> KvLayout {
         let h = &self.hparams;
+        KvLayout { layers: h.layers, kv_heads: h.kv_heads, head_dim: h.head_dim, hidden: h.hidden }
+    }
+
+    /// Prefills `ids` after the tokens `prefix` holds and returns their new
+    /// segment: every layer's keys and values, and the final hidden states.
+    /// `prefix` is read in place, never copied.
+    pub fn prefill(&self, prefix: &KvState, ids: &[u32]) -> Result<Segment> {
+        let h = &self.hparams;
+        let arch = h.architecture;
         let t = ids.len();
         if t == 0 {
             return Err(RouterError::Request("nothing to encode: zero tokens".into()));
         }
-        let start = cache.tokens;
-        if start + t > self.cos.dim(0)? {
-            return Err(RouterError::Request(format!("{} tokens exceed the backbone's RoPE table of {}", start + t, self.cos.dim(0)?)));
+        let start = prefix.tokens();
+        if start + t > self.positions {
+            return Err(RouterError::Request(format!("{} tokens exceed the backbone's RoPE table of {}", start + t, self.positions)));
         }
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= h.vocab) {
             return Err(RouterError::Request(format!("token id {bad} is outside the vocabulary of {}", h.vocab)));
         }
-        let ids_t = Tensor::new(ids, &Device::Cpu)?;
-        let mut x = self.embeddings.embedding(&ids_t)?; // [t, hidden]
-        let cos = self.cos.narrow(0, start, t)?;
-        let sin = self.sin.narrow(0, start, t)?;
+        let (d, q_dim, kv_dim) = (h.head_dim, h.heads * h.head_dim, h.kv_heads * h.head_dim);
         let eps = h.rms_eps as f32;
-        let scale = 1.0 / (h.head_dim as f32).sqrt();
-        let mut new_cache = Vec::with_capacity(self.layers.len());
-        for (i, layer) in self.layers.iter().enumerate() {
-            let residual = x.clone();
-            let xs = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let q = layer.q.forward(&xs)?.reshape((1, t, h.heads, h.head_dim))?;
-            let k = layer.k.forward(&xs)?.reshape((1, t, h.kv_heads, h.head_dim))?;
-            let v = layer.v.forward(&xs)?.reshape((1, t, h.kv_heads, h.head_dim))?;
-            let (q, k) = match (&layer.q_norm, &layer.k_norm) {
-                (Some(qn), Some(kn)) => {
-                    (candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?, candle_nn::ops::rms_norm(&k.contiguous()?, kn, eps)?)
-                }
-                _ => (q, k),
-            };
-            let q = q.transpose(1, 2)?.contiguous()?; // [1, heads, t, d]
-            let k = k.transpose(1, 2)?.contiguous()?;
-            let v = v.transpose(1, 2)?.contiguous()?;
-            let (q, k) = match h.architecture {
-                Architecture::Llama => (candle_nn::rotary_emb::rope_i(&q, &cos, &sin)?, candle_nn::rotary_emb::rope_i(&k, &cos, &sin)?),
-                Architecture::Qwen3 => (candle_nn::rotary_emb::rope(&q, &cos, &sin)?, candle_nn::rotary_emb::rope(&k, &cos, &sin)?),
-            };
-            let (k, v) = match cache.layers.get(i) {
-                Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
-                None => (k, v),
-            };
-            new_cache.push((k.clone(), v.clone()));
-            let shape = attention::Shape { heads: h.heads, kv_heads: h.kv_heads, tokens: t, total: start + t, head_dim: h.head_dim, start };
-            let y =
-                attention::causal(&q.flatten_all()?.to_vec1()?, &k.flatten_all()?.to_vec1()?, &v.flatten_all()?.to_vec1()?, shape, scale);
-            let y = Tensor::from_vec(y, (t, h.heads * h.head_dim), &Device::Cpu)?;
-            x = (residual + layer.o.forward(&y)?)?;
-            let residual = x.clone();
-            let xs = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
-            let gated = (candle_nn::ops::silu(&layer.gate.forward(&xs)?)? * layer.up.forward(&xs)?)?;
-            x = (residual + layer.down.forward(&gated)?)?;
+        let scale = 1.0 / (d as f32).sqrt();
+        let layout = self.kv_layout();
+        let width = layout.value_width();
+        let mut segment = Segment::zeroed(layout, t);
+
+        // The residual stream and one normed copy of it, reused by every layer.
+        let mut x = self.embeddings.embedding(&Tensor::new(ids, &Device::Cpu)?)?.flatten_all()?.to_vec1::<f32>()?;
+        if arch.embedding_scale == EmbeddingScale::SqrtHidden {
+            let factor = (h.hidden as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= factor);
         }
-        cache.layers = new_cache;
-        cache.tokens += t;
-        Ok(candle_nn::ops::rms_norm(&x, &self.output_norm, eps)?)
+        let mut normed = vec![0f32; t * h.hidden];
+        let mut attended = vec![0f32; t * q_dim];
+        for (l, layer) in self.layers.iter().enumerate() {
+            rms_norm_into(&x, &layer.attn_norm, eps, &mut normed);
+            let mut q = layer.q.forward(&normed, t)?;
+            let mut k = layer.k.forward(&normed, t)?;
+            let v = layer.v.forward(&normed, t)?;
+            if let Some((q_norm, k_norm)) = &layer.qk_norm {
+                rms_norm(&mut q, q_norm, eps);
+                rms_norm(&mut k, k_norm, eps);
+            }
+            let rope = &self.rope[layer.rope];
+            rope.apply(&mut q, q_dim, d, start, arch.rope);
+            rope.apply(&mut k, kv_dim, d, start, arch.rope);
+
+            // This layer's keys and values, per head, into the new segment.
+            let (keys, values) = segment.layer_mut(l);
+            for (i, (k_row, v_row)) in k.chunks_exact(kv_dim).zip(v.chunks_exact(kv_dim)).enumerate() {
+                for g in 0..h.kv_heads {
+                    keys[(g * t + i) * d..][..d].copy_from_slice(&k_row[g * d..][..d]);
+                    values[(g * t + i) * width..][..d].copy_from_slice(&v_row[g * d..][..d]);
+                }
+            }
+            let mut pieces: Vec<_> = prefix.views().iter().map(|view| view.segment.piece(l, view.rows.clone())).collect();
+            pieces.push(segment.piece(l, 0..t));
+            let shape = attention::Shape { heads: h.heads, kv_heads: h.kv_heads, tokens: t, head_dim: d, start, window: layer.kind.window };
+            attention::causal(&q, &pieces, shape, scale, &mut attended);
+
+            let mut out = layer.o.forward(&attended, t)?;
+            if let Some((post_attention, _)) = &layer.post_norms {
+                rms_norm(&mut out, post_attention, eps);
+            }
+            add_rows(&mut x, &out, h.hidden);
+
+            rms_norm_into(&x, &layer.ffn_norm, eps, &mut normed);
+            let mut gate = layer.gate.forward(&normed, t)?;
+            let up = layer.up.forward(&normed, t)?;
+            let activation = arch.activation;
+            rows_mut(&mut gate, h.ffn, |first, run| {
+                run.iter_mut().zip(&up[first * h.ffn..]).for_each(|(g, u)| *g = activation.apply(*g) * u)
+            });
+            let mut out = layer.down.forward(&gate, t)?;
+            if let Some((_, post_ffw)) = &layer.post_norms {
+                rms_norm(&mut out, post_ffw, eps);
+            }
+            add_rows(&mut x, &out, h.hidden);
+        }
+        rms_norm_into(&x, &self.output_norm, eps, segment.hidden_mut());
+        Ok(segment)
+    }
+
+    /// Final hidden states of `ids` from scratch, `[ids.len() × hidden]`.
+    pub fn hidden_states(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        let segment = self.prefill(&KvState::default(), ids)?;
+        Ok(segment.hidden(0..ids.len()).to_vec())
+    }
+
+    /// Mean of the final hidden states over the tokens, not normalised (as
+    /// the llama.cpp reference fixtures record it).
+    pub fn mean_hidden_state(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        let hidden = self.hidden_states(ids)?;
+        let mut sum = vec![0f64; self.hparams.hidden];
+        for row in hidden.chunks_exact(self.hparams.hidden) {
+            sum.iter_mut().zip(row).for_each(|(s, &x)| *s += x as f64);
+        }
+        Ok(sum.iter().map(|s| (s / ids.len() as f64) as f32).collect())
     }
 
     /// Mean of the final hidden states over the tokens, L2-normalised: the
     /// vector a router compares. `[hidden]`.
     pub fn embed(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        let hidden = self.forward(ids, &mut KvCache::default())?;
-        let mean = hidden.mean(0)?;
-        let norm = mean.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>()?;
-        Ok((mean / (norm.max(1e-12) as f64))?.to_vec1::<f32>()?)
+        let mut state = KvState::default();
+        state.push(SegmentView::whole(Arc::new(self.prefill(&KvState::default(), ids)?)));
+        Ok(state.mean_embedding(self.hparams.hidden))
     }
-}
-
-fn rope_tables(h: &Hparams, positions: usize) -> Result<(Tensor, Tensor)> {
-    let half = h.head_dim / 2;
-    let inv: Vec<f32> = (0..half).map(|i| 1.0 / h.rope_theta.powf(2.0 * i as f32 / h.head_dim as f32)).collect();
-    let inv = Tensor::from_vec(inv, (1, half), &Device::Cpu)?;
-    let pos = Tensor::arange(0u32, positions as u32, &Device::Cpu)?.to_dtype(DType::F32)?.reshape((positions, 1))?;
-    let freqs = pos.matmul(&inv)?;
-    Ok((freqs.cos()?, freqs.sin()?))
 }

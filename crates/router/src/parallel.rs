@@ -194,6 +194,47 @@ pub fn for_each(tasks: usize, work: impl Fn(usize) + Sync) {
     }
 }
 
+/// Splits `data` into runs of `rows_per_task` rows of `row` values and runs
+/// `work(first_row, run)` for each, spread over the pool: the safe way to
+/// hand tasks disjoint parts of one buffer (row-wise norms, activations,
+/// residual adds). Results do not depend on the thread count: each run is
+/// one task's, computed in one order.
+pub fn for_each_rows_mut<T: Send>(data: &mut [T], row: usize, rows_per_task: usize, work: impl Fn(usize, &mut [T]) + Sync) {
+    let row = row.max(1);
+    let chunk = row * rows_per_task.max(1);
+    let tasks = data.len().div_ceil(chunk);
+    let len = data.len();
+    let base = SharedPtr(data.as_mut_ptr());
+    for_each(tasks, |t| {
+        let start = t * chunk;
+        let end = (start + chunk).min(len);
+        // SAFETY: task t alone gets [start, end), inside `data`, which the
+        // caller's `&mut` keeps borrowed until every task has returned.
+        let run = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) };
+        work(start / row, run);
+    });
+}
+
+/// Rows per task for a row-wise pass over `rows` rows: a few tasks per
+/// thread, none smaller than 32 rows, so a short prompt's passes run in
+/// place (waking helpers for 15 rows, 210 times a call, made a 15-token
+/// decide 12 % slower).
+pub fn rows_per_task(rows: usize) -> usize {
+    rows.div_ceil(threads() * 4).max(32)
+}
+
+/// A pointer `for_each_rows_mut`'s tasks share, each using a disjoint run.
+struct SharedPtr<T>(*mut T);
+
+// SAFETY: the tasks use disjoint runs of the buffer (see `for_each_rows_mut`).
+unsafe impl<T: Send> Sync for SharedPtr<T> {}
+
+impl<T> SharedPtr<T> {
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
 /// A raw pointer tasks may share: each task writes a disjoint region.
 #[derive(Clone, Copy)]
 pub(crate) struct SharedMut(pub *mut f32);
@@ -209,6 +250,23 @@ impl SharedMut {
 // SAFETY: every user writes disjoint index ranges from different tasks.
 unsafe impl Send for SharedMut {}
 unsafe impl Sync for SharedMut {}
+
+#[cfg(test)]
+mod chunk_tests {
+    use super::*;
+
+    #[test]
+    fn rows_reach_every_task_once_with_their_index() {
+        let mut data: Vec<usize> = vec![0; 21];
+        for_each_rows_mut(&mut data, 3, 2, |first, run| {
+            for (i, row) in run.chunks_mut(3).enumerate() {
+                row.fill(first + i + 1);
+            }
+        });
+        let want: Vec<usize> = (1..=7).flat_map(|r| [r; 3]).collect();
+        assert_eq!(data, want);
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -7,15 +7,20 @@
 //! code, not a copy) and leaves out mode resolution, cost policy and ranking.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
 use web_time::Instant;
 
-pub use crate::decision::{Decision, FlopModel, GemmProbe, LoadTimings, Ranked, Scores, StageTimings};
+pub use crate::decision::{Decision, FlopModel, GemmProbe, LoadTimings, PrefixReuse, Ranked, Scores, StageTimings};
 
 use crate::conversation::Conversation;
 use crate::error::{Result, RouterError};
 use crate::gguf::Checkpoint;
 use crate::model::{Backbone, Precision};
 use crate::pool::Pool;
+use crate::prefix::{Namespace, PrefixCache};
+use crate::segment::SegmentView;
 use crate::tokenizer::RouterTokenizer;
 
 /// The default `router_max_tokens` (the field guide's truncation ceiling).
@@ -57,6 +62,10 @@ pub struct Router {
     pub pool: Pool,
     pub config: RouterConfig,
     pub checkpoint_id: String,
+    /// Names the tokenizer for the prefix cache's namespace: `gguf` (built
+    /// from the checkpoint's own metadata) or `json-` and 8 hex digits of
+    /// the tokenizer.json's SHA-256.
+    pub tokenizer_id: String,
     pub weight_type: String,
     pub load_timings: LoadTimings,
     /// One L2-normalised vector per candidate, in pool order, stacked row by
@@ -93,6 +102,11 @@ impl Router {
         tokenizer.check_vocab(checkpoint.hparams.vocab)?;
         let tokenizer_ms = ms(started);
 
+        let tokenizer_id = match assets.tokenizer_json {
+            Some((bytes, _)) => format!("json-{}", &crate::gguf::hex(&Sha256::digest(bytes))[..8]),
+            None => "gguf".to_string(),
+        };
+
         let pool = Pool::from_yaml(assets.pool_yaml, assets.pool_name)?;
         let mut router = Router {
             backbone,
@@ -100,6 +114,7 @@ impl Router {
             pool,
             config,
             checkpoint_id: checkpoint.id.clone(),
+            tokenizer_id,
             weight_type: checkpoint.weight_type.clone(),
             load_timings: LoadTimings { weights_ms, tokenizer_ms, descriptors_ms: 0.0, descriptor_flops: 0.0 },
             descriptor_matrix: Vec::new(),
@@ -129,8 +144,16 @@ impl Router {
         Ok((self.backbone.embed(&ids[ids.len() - keep..])?, keep))
     }
 
+    /// The namespace this router's states belong to in a prefix cache.
+    pub fn namespace(&self) -> Namespace {
+        Namespace { checkpoint_id: self.checkpoint_id.clone(), tokenizer_id: self.tokenizer_id.clone(), max_tokens: self.config.max_tokens }
+    }
+
     /// Tokenise → truncate → prefill → stack → score, timing each into `t`.
-    fn encode_and_score_into(&self, routing_text: &str, t: &mut StageTimings) -> Result<Scores> {
+    /// With a cache, the prefill looks up the longest held prefix of the
+    /// kept tokens, prefills only the rest after it, and inserts the rest's
+    /// state (lookup and insert timed on their own).
+    fn encode_and_score_into(&self, routing_text: &str, t: &mut StageTimings, cache: Option<&mut PrefixCache>) -> Result<Scores> {
         let started = Instant::now();
         let ids = self.tokenizer.encode(routing_text)?;
         t.tokenize_ms = ms(started);
@@ -143,14 +166,55 @@ impl Router {
         let kept = &ids[total - keep..];
         t.truncate_ms = ms(started);
 
-        let started = Instant::now();
-        let query = self.backbone.embed(kept)?;
-        t.prefill_ms = ms(started);
+        let hidden = self.backbone.hparams.hidden;
+        let (query, prefix) = match cache {
+            None => {
+                let started = Instant::now();
+                let query = self.backbone.embed(kept)?;
+                t.prefill_ms = ms(started);
+                (query, None)
+            }
+            Some(cache) => {
+                let started = Instant::now();
+                let lookup = cache.lookup(&self.namespace(), kept);
+                t.lookup_ms = ms(started);
+                let (reused, mut state) = (lookup.matched, lookup.state.clone());
+                let started = Instant::now();
+                let suffix = &kept[reused..];
+                if suffix.is_empty() {
+                    // The whole text is held: its pooled embedding needs no prefill.
+                    cache.release(lookup);
+                    t.prefill_ms = ms(started);
+                    t.insert_ms = 0.0;
+                } else {
+                    let segment = match self.backbone.prefill(&lookup.state, suffix) {
+                        Ok(segment) => Arc::new(segment),
+                        Err(e) => {
+                            cache.release(lookup);
+                            return Err(e);
+                        }
+                    };
+                    state.push(SegmentView::whole(segment.clone()));
+                    t.prefill_ms = ms(started);
+                    let started = Instant::now();
+                    cache.insert(kept, lookup, segment);
+                    t.insert_ms = ms(started);
+                }
+                let query = state.mean_embedding(hidden);
+                let reuse = PrefixReuse {
+                    reused_tokens: reused,
+                    prefilled_tokens: suffix.len(),
+                    cache_tokens: cache.tokens_held(),
+                    cache_bytes: cache.bytes_held(),
+                    evictions_total: cache.stats().evictions,
+                };
+                (query, Some(reuse))
+            }
+        };
 
         // The stacked matrix is built once per pool load; per call this stage
         // only takes it and checks it fits the query.
         let started = Instant::now();
-        let hidden = query.len();
         let matrix = self.descriptor_matrix.as_slice();
         debug_assert_eq!(matrix.len(), hidden * self.pool.candidates.len());
         t.stack_ms = ms(started);
@@ -159,7 +223,7 @@ impl Router {
         let cosines: Vec<f32> = matrix.chunks_exact(hidden).map(|row| row.iter().zip(&query).map(|(a, b)| a * b).sum()).collect();
         let scores = softmax(&cosines, self.config.temperature);
         t.score_ms = ms(started);
-        Ok(Scores { scores, cosines, tokens_total: total, tokens_used: keep, truncated: keep < total, timings: *t })
+        Ok(Scores { scores, cosines, tokens_total: total, tokens_used: keep, truncated: keep < total, timings: *t, prefix })
     }
 
     /// The microbenchmark boundary: encode a routing text and score the
@@ -167,13 +231,25 @@ impl Router {
     pub fn encode_and_score(&self, routing_text: &str) -> Result<Scores> {
         let started = Instant::now();
         let mut t = StageTimings::default();
-        let mut scores = self.encode_and_score_into(routing_text, &mut t)?;
+        let mut scores = self.encode_and_score_into(routing_text, &mut t, None)?;
         scores.timings.total_ms = ms(started);
         Ok(scores)
     }
 
-    /// The complete routing call.
+    /// The complete routing call, prefilling every kept token.
     pub fn decide(&self, conversation: &Conversation, mode: Option<&str>) -> Result<Decision> {
+        self.decide_in(conversation, mode, None)
+    }
+
+    /// The complete routing call with prefix reuse: the longest prefix of
+    /// the kept tokens that `cache` holds is not prefilled again, and the
+    /// rest is added to it. Rankings equal `decide`'s; scores agree to
+    /// float rounding (summation order differs where a prefix is reused).
+    pub fn decide_with_cache(&self, conversation: &Conversation, mode: Option<&str>, cache: &mut PrefixCache) -> Result<Decision> {
+        self.decide_in(conversation, mode, Some(cache))
+    }
+
+    fn decide_in(&self, conversation: &Conversation, mode: Option<&str>, cache: Option<&mut PrefixCache>) -> Result<Decision> {
         let call = Instant::now();
         let mut t = StageTimings::default();
 
@@ -197,7 +273,7 @@ impl Router {
         let routing_text = conversation.routing_text();
         t.assemble_ms = ms(started);
 
-        let scores = self.encode_and_score_into(&routing_text, &mut t)?;
+        let scores = self.encode_and_score_into(&routing_text, &mut t, cache)?;
 
         let started = Instant::now();
         let costs: Vec<f64> = self
@@ -234,6 +310,7 @@ impl Router {
             tokens_used: scores.tokens_used,
             truncated: scores.truncated,
             timings: t,
+            prefix: scores.prefix,
         })
     }
 

@@ -44,6 +44,12 @@ impl SyntheticSpec {
             seed: 7,
         }
     }
+
+    /// The same shape as [`SyntheticSpec::qwen3`] for another architecture
+    /// in [`crate::arch`]; its optional tensors follow the description.
+    pub fn of(architecture: &'static str, weight_type: GgmlDType) -> SyntheticSpec {
+        SyntheticSpec { architecture, ..SyntheticSpec::qwen3(weight_type) }
+    }
 }
 
 /// Uniform values in [-scale, scale) from a fixed seed (splitmix64).
@@ -73,6 +79,8 @@ pub fn write(spec: &SyntheticSpec) -> Result<Vec<u8>> {
     };
     let (h, q, kv) = (spec.hidden, spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim);
     let w = spec.weight_type;
+    // An unknown name still writes a file (the bad-input tests need one).
+    let arch = crate::arch::find(spec.architecture);
     add("token_embd.weight".into(), spec.vocab, h, w, 0.5, &mut seed)?;
     for i in 0..spec.layers {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
@@ -81,9 +89,21 @@ pub fn write(spec: &SyntheticSpec) -> Result<Vec<u8>> {
         add(n("attn_k"), kv, h, w, 0.08, &mut seed)?;
         add(n("attn_v"), kv, h, w, 0.08, &mut seed)?;
         add(n("attn_output"), h, q, w, 0.08, &mut seed)?;
-        if spec.architecture == "qwen3" {
+        // The optional tensors are the ones the architecture's description
+        // asks for, so a new description gets its synthetic checkpoint free.
+        if arch.is_some_and(|a| a.qkv_bias) {
+            // Biases are 1-D F32, random rather than constant.
+            add(format!("blk.{i}.attn_q.bias"), 1, q, GgmlDType::F32, 0.1, &mut seed)?;
+            add(format!("blk.{i}.attn_k.bias"), 1, kv, GgmlDType::F32, 0.1, &mut seed)?;
+            add(format!("blk.{i}.attn_v.bias"), 1, kv, GgmlDType::F32, 0.1, &mut seed)?;
+        }
+        if arch.is_some_and(|a| a.qk_norm) {
             add(n("attn_q_norm"), 1, spec.head_dim, GgmlDType::F32, 0.0, &mut seed)?;
             add(n("attn_k_norm"), 1, spec.head_dim, GgmlDType::F32, 0.0, &mut seed)?;
+        }
+        if arch.is_some_and(|a| a.post_norms) {
+            add(n("post_attention_norm"), 1, h, GgmlDType::F32, 0.0, &mut seed)?;
+            add(n("post_ffw_norm"), 1, h, GgmlDType::F32, 0.0, &mut seed)?;
         }
         add(n("ffn_norm"), 1, h, GgmlDType::F32, 0.0, &mut seed)?;
         add(n("ffn_gate"), spec.ffn, h, w, 0.08, &mut seed)?;

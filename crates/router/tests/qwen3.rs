@@ -6,7 +6,10 @@ mod common;
 
 use candle_core::quantized::GgmlDType;
 use router::gguf::Checkpoint;
-use router::model::{Backbone, KvCache, Precision};
+use std::sync::Arc;
+
+use router::model::{Backbone, Precision};
+use router::segment::{KvState, SegmentView};
 use router::synthetic::{self, SyntheticSpec};
 use router::tokenizer::RouterTokenizer;
 use router::{Conversation, Router, RouterAssets, RouterConfig};
@@ -54,7 +57,7 @@ fn synthetic_qwen3_routes_deterministically_with_the_real_tokenizer() {
         pool_name: "pool.coderouterbench.yaml",
     };
     let router = Router::load(&assets, RouterConfig::default()).unwrap();
-    assert_eq!(router.backbone.hparams.architecture, router::gguf::Architecture::Qwen3);
+    assert_eq!(router.backbone.hparams.architecture.name, "qwen3");
     let conv =
         Conversation::user("TimeSeries: misleading exception when required column check fails.").with_system("Route this coding task.");
     let a = router.decide(&conv, Some("quality")).unwrap();
@@ -66,19 +69,20 @@ fn synthetic_qwen3_routes_deterministically_with_the_real_tokenizer() {
 }
 
 #[test]
-fn kv_cache_continuation_equals_one_prefill() {
+fn continuing_from_a_held_prefix_equals_one_prefill() {
     let gguf = synthetic::write(&SyntheticSpec::qwen3(GgmlDType::F32)).unwrap();
     let ck = Checkpoint::parse(&gguf, "synthetic").unwrap();
     let model = Backbone::load(&ck, Precision::DequantizedF32).unwrap();
     let ids: Vec<u32> = (0..24).map(|i| 1000 + i * 37).collect();
-    let whole = model.forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap();
-    let mut cache = KvCache::default();
-    model.forward(&ids[..10], &mut cache).unwrap();
-    assert_eq!(cache.tokens, 10);
-    let rest = model.forward(&ids[10..], &mut cache).unwrap().to_vec2::<f32>().unwrap();
-    assert_eq!(cache.tokens, 24);
-    for (i, row) in rest.iter().enumerate() {
-        let c = cosine(row, &whole[10 + i]);
+    let width = model.hparams.hidden;
+    let whole = model.hidden_states(&ids).unwrap();
+    let mut state = KvState::default();
+    state.push(SegmentView::whole(Arc::new(model.prefill(&KvState::default(), &ids[..10]).unwrap())));
+    assert_eq!(state.tokens(), 10);
+    let rest = model.prefill(&state, &ids[10..]).unwrap();
+    assert_eq!(rest.tokens(), 14);
+    for i in 0..14 {
+        let c = cosine(rest.hidden(i..i + 1), &whole[(10 + i) * width..(11 + i) * width]);
         assert!(c > 0.99999, "token {}: cosine {c}", 10 + i);
     }
 }
@@ -89,7 +93,7 @@ fn every_supported_quant_type_runs_and_agrees() {
     let reference = {
         let gguf = synthetic::write(&SyntheticSpec::qwen3(GgmlDType::F32)).unwrap();
         let ck = Checkpoint::parse(&gguf, "f32").unwrap();
-        Backbone::load(&ck, Precision::DequantizedF32).unwrap().forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap()
+        rows(Backbone::load(&ck, Precision::DequantizedF32).unwrap(), &ids)
     };
     for (dtype, min_cos_vs_f32) in [
         (GgmlDType::F16, 0.999),
@@ -101,14 +105,8 @@ fn every_supported_quant_type_runs_and_agrees() {
     ] {
         let gguf = synthetic::write(&SyntheticSpec::qwen3(dtype)).unwrap();
         let ck = Checkpoint::parse(&gguf, "synthetic").unwrap();
-        let quantized =
-            Backbone::load(&ck, Precision::Quantized).unwrap().forward(&ids, &mut KvCache::default()).unwrap().to_vec2::<f32>().unwrap();
-        let dequantized = Backbone::load(&ck, Precision::DequantizedF32)
-            .unwrap()
-            .forward(&ids, &mut KvCache::default())
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
+        let quantized = rows(Backbone::load(&ck, Precision::Quantized).unwrap(), &ids);
+        let dequantized = rows(Backbone::load(&ck, Precision::DequantizedF32).unwrap(), &ids);
         for t in 0..ids.len() {
             let same_weights = cosine(&quantized[t], &dequantized[t]);
             let vs_f32 = cosine(&quantized[t], &reference[t]);
@@ -116,4 +114,9 @@ fn every_supported_quant_type_runs_and_agrees() {
             assert!(vs_f32 > min_cos_vs_f32, "{dtype:?} token {t}: against the f32 weights, cosine {vs_f32}");
         }
     }
+}
+
+/// The final hidden states of `ids`, one row per token.
+fn rows(model: Backbone, ids: &[u32]) -> Vec<Vec<f32>> {
+    model.hidden_states(ids).unwrap().chunks_exact(model.hparams.hidden).map(<[f32]>::to_vec).collect()
 }

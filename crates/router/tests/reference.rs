@@ -4,7 +4,7 @@
 mod common;
 
 use router::gguf::Checkpoint;
-use router::model::{Backbone, KvCache, Precision};
+use router::model::{Backbone, Precision};
 use router::tokenizer::RouterTokenizer;
 use serde::Deserialize;
 
@@ -62,10 +62,9 @@ fn check(precision: Precision, cos_min: f32, rel_max_allowed: f32) {
     let ck = Checkpoint::parse(&bytes, "SmolLM2-135M-Instruct.Q4_1.gguf").unwrap();
     let model = Backbone::load(&ck, precision).unwrap();
     for case in &f.cases {
-        let hidden = model.forward(&case.ids, &mut KvCache::default()).unwrap();
-        let mean = hidden.mean(0).unwrap().to_vec1::<f32>().unwrap();
-        let rows = hidden.to_vec2::<f32>().unwrap();
-        let last = rows.last().unwrap();
+        let mean = model.mean_hidden_state(&case.ids).unwrap();
+        let hidden = model.hidden_states(&case.ids).unwrap();
+        let last = &hidden[hidden.len() - model.hparams.hidden..];
         let (cm, cl) = (cosine(&mean, &case.mean), cosine(last, &case.last));
         let (rm, rl) = (rel_max(&mean, &case.mean), rel_max(last, &case.last));
         println!("{precision:?} {:>3} tokens: cosine mean {cm:.6} last {cl:.6}; rel. max error mean {rm:.4} last {rl:.4}", case.ids.len());

@@ -7,7 +7,10 @@
 
 use candle_core::quantized::GgmlDType;
 use router::gguf::Checkpoint;
-use router::model::{Backbone, KvCache, Precision};
+use std::sync::Arc;
+
+use router::model::{Backbone, Precision};
+use router::segment::{KvState, SegmentView};
 use router::synthetic::{self, SyntheticSpec};
 use wasm_bindgen_test::*;
 
@@ -23,17 +26,17 @@ fn forward_in_wasm_matches_native_and_continues_from_its_cache() {
     let ck = Checkpoint::parse(&gguf, "synthetic.gguf").unwrap();
     let model = Backbone::load(&ck, Precision::DequantizedF32).unwrap();
     let ids: Vec<u32> = (0..16).map(|i| 7 + i * 251).collect();
-    let hidden = model.forward(&ids, &mut KvCache::default()).unwrap();
-    let mean = hidden.mean(0).unwrap().to_vec1::<f32>().unwrap();
+    let mean = model.mean_hidden_state(&ids).unwrap();
     let expected = include!("fixtures/synthetic_mean_head.rs");
     for (i, (a, b)) in mean.iter().zip(expected.iter()).enumerate() {
         assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "dim {i}: wasm {a} vs native {b}");
     }
-    let mut cache = KvCache::default();
-    model.forward(&ids[..9], &mut cache).unwrap();
-    let rest = model.forward(&ids[9..], &mut cache).unwrap().to_vec2::<f32>().unwrap();
-    let whole = hidden.to_vec2::<f32>().unwrap();
-    for (a, b) in rest[6].iter().zip(&whole[15]) {
+    let whole = model.hidden_states(&ids).unwrap();
+    let mut prefix = KvState::default();
+    prefix.push(SegmentView::whole(Arc::new(model.prefill(&KvState::default(), &ids[..9]).unwrap())));
+    let rest = model.prefill(&prefix, &ids[9..]).unwrap();
+    let width = model.hparams.hidden;
+    for (a, b) in rest.hidden(6..7).iter().zip(&whole[15 * width..16 * width]) {
         assert!((a - b).abs() < 1e-3, "continued {a} vs whole {b}");
     }
 }

@@ -6,6 +6,7 @@
 //! and a file the user picks is handed over as the browser's `File` object
 //! beside the JSON (see [`FILE_FIELD`]), not through this codec.
 
+use bench::prefix::PrefixReport;
 use bench::report::{Provenance, Report};
 use bench::tasks::Task;
 use router::{Conversation, Decision, FlopModel, GemmProbe, LoadTimings};
@@ -54,7 +55,14 @@ pub enum ToWorker {
         iterations: usize,
         mode: Option<String>,
     },
-    /// Stop a running bench after the call in progress.
+    /// Run the field guide's prefix-reuse protocol (note 04) with a long
+    /// conversation of `long_tokens` tokens and `iterations` timed
+    /// follow-ups; Cancel stops it between calls.
+    PrefixProtocol {
+        long_tokens: usize,
+        iterations: usize,
+    },
+    /// Stop a running bench or protocol after the call in progress.
     Cancel,
     /// Time the prefill's projection GEMM (`[m × k]` by a `[n × k]` weight).
     GemmProbe {
@@ -191,6 +199,17 @@ pub enum FromWorker {
     /// The report of what was measured (partial when cancelled).
     BenchDone {
         report: Box<Report>,
+        cancelled: bool,
+    },
+    /// The prefix protocol ran one more step.
+    PrefixStep {
+        done: usize,
+        total: usize,
+        label: String,
+    },
+    /// What the prefix protocol measured (partial when cancelled).
+    PrefixDone {
+        report: Box<PrefixReport>,
         cancelled: bool,
     },
     Failed {
