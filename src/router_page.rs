@@ -821,15 +821,7 @@ fn BenchCard(ctx: Ctx) -> impl IntoView {
                     p.overall
                 ),
             };
-            view! {
-                <div class="progress-line">
-                    <progress data-testid="bench-progress" aria-label="Bench progress" max=max value=value></progress>
-                    <span data-testid="bench-stage">{text}</span>
-                    <button type="button" data-testid="bench-cancel" disabled=move || ctx.cancel_requested.get() on:click=move |_| ctx.cancel_bench()>
-                        {move || if ctx.cancel_requested.get() { "Cancelling…" } else { "Cancel" }}
-                    </button>
-                </div>
-            }
+            view! { <JobProgress ctx=ctx id="bench" label="Bench progress" value=value max=max text=text/> }
         })
     };
     view! {
@@ -884,6 +876,21 @@ fn BenchCard(ctx: Ctx) -> impl IntoView {
     }
 }
 
+/// A running job's progress bar, what it is doing, and its Cancel button
+/// (`{id}-progress`, `{id}-stage`, `{id}-cancel`).
+#[component]
+fn JobProgress(ctx: Ctx, id: &'static str, label: &'static str, value: f64, max: f64, text: String) -> impl IntoView {
+    view! {
+        <div class="progress-line">
+            <progress data-testid=format!("{id}-progress") aria-label=label max=max value=value></progress>
+            <span data-testid=format!("{id}-stage")>{text}</span>
+            <button type="button" data-testid=format!("{id}-cancel") disabled=move || ctx.cancel_requested.get() on:click=move |_| ctx.cancel_bench()>
+                {move || if ctx.cancel_requested.get() { "Cancelling…" } else { "Cancel" }}
+            </button>
+        </div>
+    }
+}
+
 /// The field guide's note 04, live: prefix hits, misses, pressure and
 /// recovery, each against a full prefill, and a long conversation extended
 /// by a short turn against a short decide.
@@ -893,15 +900,8 @@ fn PrefixCard(ctx: Ctx) -> impl IntoView {
     let progress = move || {
         (ctx.job.get() == Some(Job::PrefixProtocol)).then(|| {
             let (done, total, label) = ctx.prefix_progress.get().unwrap_or((0, 1, "building the conversations".into()));
-            view! {
-                <div class="progress-line">
-                    <progress data-testid="prefix-progress" aria-label="Prefix protocol progress" max=total value=done></progress>
-                    <span data-testid="prefix-stage">{format!("{done} of {total}: {label}")}</span>
-                    <button type="button" data-testid="prefix-cancel" disabled=move || ctx.cancel_requested.get() on:click=move |_| ctx.cancel_bench()>
-                        {move || if ctx.cancel_requested.get() { "Cancelling…" } else { "Cancel" }}
-                    </button>
-                </div>
-            }
+            let text = format!("{done} of {total}: {label}");
+            view! { <JobProgress ctx=ctx id="prefix" label="Prefix protocol progress" value=done as f64 max=total as f64 text=text/> }
         })
     };
     view! {
@@ -919,7 +919,7 @@ fn PrefixCard(ctx: Ctx) -> impl IntoView {
                     <select data-testid="prefix-tokens" prop:value=move || ctx.prefix_tokens.get()
                         on:change=move |ev| ctx.prefix_tokens.set(event_target_value(&ev))>
                         <option value="256">"256"</option>
-                        <option value="1008">"1,008 (+ a 16-token turn = router_max_tokens)"</option>
+                        <option value="1000">"1,000 (+ a 16-token turn fits router_max_tokens)"</option>
                     </select>
                 </label>
                 <button type="button" data-testid="prefix-run" disabled=move || !can_run() on:click=move |_| ctx.run_prefix_protocol()>
@@ -936,6 +936,7 @@ fn PrefixCard(ctx: Ctx) -> impl IntoView {
 fn PrefixReportView(report: PrefixReport, cancelled: bool) -> impl IntoView {
     let e = report.extension.clone();
     let p50 = |s: &Option<bench::Summary>| s.as_ref().map(|s| format_ms(s.p50)).unwrap_or_else(|| "–".into());
+    let lookup = e.extended_lookup.as_ref().map(|s| format!("{:.3} ms", s.p50)).unwrap_or_else(|| "–".into());
     view! {
         <div class="report" data-testid="prefix-report">
             {cancelled.then(|| view! { <p class="warning">"Cancelled: the steps that ran are shown."</p> })}
@@ -944,7 +945,7 @@ fn PrefixReportView(report: PrefixReport, cancelled: bool) -> impl IntoView {
                     <thead><tr>
                         <th scope="col">"phase"</th><th scope="col">"step"</th><th scope="col">"tokens"</th><th scope="col">"reused"</th>
                         <th scope="col">"prefilled"</th><th scope="col">"lookup"</th><th scope="col">"prefill (suffix)"</th>
-                        <th scope="col">"full prefill"</th><th scope="col">"avoided"</th><th scope="col">"cache tokens"</th>
+                        <th scope="col">"full prefill"</th><th scope="col">"avoided"</th><th scope="col">"cache tokens / budget"</th>
                         <th scope="col">"evictions"</th><th scope="col">"same ranking"</th>
                     </tr></thead>
                     <tbody>
@@ -959,7 +960,7 @@ fn PrefixReportView(report: PrefixReport, cancelled: bool) -> impl IntoView {
                                 <td class="num">{format_ms(s.prefill_ms)}</td>
                                 <td class="num">{format_ms(s.full_prefill_ms)}</td>
                                 <td class="num">{format_ms(s.avoided_prefill_ms)}</td>
-                                <td class="num">{s.cache_tokens}</td>
+                                <td class="num">{format!("{} / {}", s.cache_tokens, s.budget_tokens)}</td>
                                 <td class="num">{s.evictions_total}</td>
                                 <td>{if s.same_ranking { "yes".to_string() } else { format!("NO (max score difference {:.2e})", s.max_score_difference) }}</td>
                             </tr>
@@ -971,7 +972,7 @@ fn PrefixReportView(report: PrefixReport, cancelled: bool) -> impl IntoView {
                 <p class="note" data-testid="prefix-target">
                     {format!(
                         "A {}-token conversation extended by {} tokens, its prefix cached: p50 {} (lookup p50 {}) against a {}-token decide from scratch: p50 {}; ratio {:.2} (target ≤ 2), lookup {:.3} % of it (target ≤ 1 %). {} iterations each; T_cached ≈ T_lookup + T_prefill(suffix | prefix).",
-                        e.prefix_tokens, e.added_tokens, p50(&e.extended), p50(&e.extended_lookup), e.short_tokens, p50(&e.short),
+                        e.prefix_tokens, e.added_tokens, p50(&e.extended), lookup, e.short_tokens, p50(&e.short),
                         e.ratio_p50, e.lookup_share_p50 * 100.0, e.extended_ms.len()
                     )}
                 </p>

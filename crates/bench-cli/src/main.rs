@@ -53,9 +53,10 @@ struct Args {
     /// prefill, and a long conversation extended by a short turn.
     #[arg(long)]
     prefix_protocol: bool,
-    /// Tokens of the protocol's long conversation; 1,008 plus a 16-token
-    /// follow-up fills the default `router_max_tokens` of 1,024 exactly.
-    #[arg(long, default_value_t = 1008)]
+    /// Tokens of the protocol's long conversation: 1,000 plus a follow-up
+    /// turn (16–17 tokens) stays within the default `router_max_tokens` of
+    /// 1,024, so the extension is a hit, not a truncation.
+    #[arg(long, default_value_t = 1000)]
     prefix_tokens: usize,
     /// The prefix cache's budget in tokens, for --prefix-protocol.
     #[arg(long, default_value_t = router::CacheBudget::default().max_tokens)]

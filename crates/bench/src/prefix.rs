@@ -108,10 +108,13 @@ pub struct PrefixInputs {
 /// The system prompt of the protocol's conversations.
 pub const SYSTEM_PROMPT: &str = "You route coding tasks to the backend most likely to resolve them.";
 
-/// The `i`-th follow-up turn: each differs in its words, so each timed
-/// extension is new to the cache.
+/// The `i`-th follow-up turn: each differs in one letter, so each timed
+/// extension is new to the cache, and all have the same length (16 tokens
+/// with the chat template under the bundled tokenizer; a number would grow
+/// a token at 10).
 pub fn follow_up(i: usize) -> String {
-    format!("Also check case {i}, please, and tell me why.")
+    let letter = char::from(b'A' + (i % 26) as u8);
+    format!("Also check case {letter}, and tell me why.")
 }
 
 #[cfg(feature = "engine")]
