@@ -13,7 +13,7 @@
 //!
 //! States are only compatible under the same weights, tokenizer and
 //! truncation window (the note's compatibility rule), so every tree lives
-//! under a [`Namespace`] of checkpoint id, tokenizer id and
+//! under a [`Namespace`] of checkpoint id, precision, tokenizer id and
 //! `router_max_tokens`; a lookup never crosses namespaces.
 
 use std::collections::{BTreeMap, HashSet};
@@ -41,10 +41,14 @@ impl Default for CacheBudget {
     }
 }
 
-/// States are reusable only under the same weights, tokenizer and window.
+/// States are reusable only under the same weights computed the same way,
+/// the same tokenizer and the same window.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Namespace {
     pub checkpoint_id: String,
+    /// How the weights are computed with (`dequantized_f32`, `quantized`):
+    /// the same checkpoint gives other keys and values under each.
+    pub precision: String,
     pub tokenizer_id: String,
     pub max_tokens: usize,
 }
@@ -340,7 +344,7 @@ mod tests {
     }
 
     fn ns(name: &str) -> Namespace {
-        Namespace { checkpoint_id: name.into(), tokenizer_id: "gguf".into(), max_tokens: 1024 }
+        Namespace { checkpoint_id: name.into(), precision: "dequantized_f32".into(), tokenizer_id: "gguf".into(), max_tokens: 1024 }
     }
 
     /// Looks `ids` up and inserts the rest as a segment whose hidden rows
@@ -391,6 +395,8 @@ mod tests {
         assert_eq!(decide(&mut cache, &ns("two"), &run(0, 8)), 0);
         let other_window = Namespace { max_tokens: 512, ..ns("one") };
         assert_eq!(decide(&mut cache, &other_window, &run(0, 8)), 0);
+        let other_precision = Namespace { precision: "quantized".into(), ..ns("one") };
+        assert_eq!(decide(&mut cache, &other_precision, &run(0, 8)), 0);
         assert_eq!(decide(&mut cache, &ns("one"), &run(0, 8)), 8);
     }
 

@@ -146,7 +146,13 @@ impl Router {
 
     /// The namespace this router's states belong to in a prefix cache.
     pub fn namespace(&self) -> Namespace {
-        Namespace { checkpoint_id: self.checkpoint_id.clone(), tokenizer_id: self.tokenizer_id.clone(), max_tokens: self.config.max_tokens }
+        let precision = serde_json::to_value(self.config.precision).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        Namespace {
+            checkpoint_id: self.checkpoint_id.clone(),
+            precision,
+            tokenizer_id: self.tokenizer_id.clone(),
+            max_tokens: self.config.max_tokens,
+        }
     }
 
     /// Tokenise → truncate → prefill → stack → score, timing each into `t`.
@@ -165,6 +171,10 @@ impl Router {
         let keep = total.min(self.config.max_tokens);
         let kept = &ids[total - keep..];
         t.truncate_ms = ms(started);
+        if kept.is_empty() {
+            // As the backbone would say; a cache must not answer it with an empty pool.
+            return Err(RouterError::Request("nothing to encode: zero tokens".into()));
+        }
 
         let hidden = self.backbone.hparams.hidden;
         let (query, prefix) = match cache {
