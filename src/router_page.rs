@@ -908,7 +908,7 @@ fn PrefixCard(ctx: Ctx) -> impl IntoView {
         <section class="card" aria-labelledby="prefix-h">
             <h2 id="prefix-h">"4 · Prefix reuse (note 04)"</h2>
             <p class="note">
-                "The router keeps the keys and values of token prefixes it has prefilled in a radix tree (per checkpoint, tokenizer and router_max_tokens) "
+                "The router keeps the keys and values of token prefixes it has prefilled in a radix tree (per checkpoint, precision, tokenizer and router_max_tokens) "
                 "and prefills only what follows the longest held prefix. The protocol sends shared prefixes (hits), the same request in other tokens "
                 "(misses), unrelated requests until the cache evicts, then the first conversation again. Every step runs a full prefill too, so the "
                 "table shows the time avoided and that the ranking did not change. Left truncation defeats reuse: once a conversation passes "
