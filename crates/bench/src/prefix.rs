@@ -18,7 +18,7 @@ use crate::stats::Summary;
 /// One decide of the protocol, with the same conversation's full prefill.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PrefixStep {
-    /// `miss`, `hit`, `pressure` or `recovery`.
+    /// `miss`, `hit`, `truncated`, `pressure` or `recovery`.
     pub phase: String,
     /// What the step sends, e.g. "the same conversation, one more turn".
     pub label: String,

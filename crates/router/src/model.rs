@@ -36,6 +36,14 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// Its name in files and namespaces, as serde writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Quantized => "quantized",
+            Precision::DequantizedF32 => "dequantized_f32",
+        }
+    }
+
     pub fn label(self, weight_type: &str) -> String {
         match self {
             Precision::Quantized => format!("{weight_type} weights, quantized matmul, f32 activations"),

@@ -146,10 +146,9 @@ impl Router {
 
     /// The namespace this router's states belong to in a prefix cache.
     pub fn namespace(&self) -> Namespace {
-        let precision = serde_json::to_value(self.config.precision).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         Namespace {
             checkpoint_id: self.checkpoint_id.clone(),
-            precision,
+            precision: self.config.precision.name().to_string(),
             tokenizer_id: self.tokenizer_id.clone(),
             max_tokens: self.config.max_tokens,
         }

@@ -107,6 +107,14 @@ fn an_exact_repeat_is_answered_from_the_cache_alone() {
 }
 
 #[test]
+fn precision_names_are_serde_names() {
+    for precision in [router::Precision::Quantized, router::Precision::DequantizedF32] {
+        assert_eq!(serde_json::to_value(precision).unwrap(), precision.name());
+    }
+    assert_eq!(router("qwen3", 1024).namespace().precision, "dequantized_f32");
+}
+
+#[test]
 fn a_qwen2_checkpoint_is_one_description() {
     // The description asks for biases, so the synthetic file carries them
     // and the backbone loads and uses them.
