@@ -5,11 +5,29 @@
 # bundle: the calculator and its widget never download the router's code.
 # The router page is built second: Trunk replaces its whole dist folder;
 # the threads worker goes into it last.
+#
+# --with-gemma also serves the on-request checkpoint (Gemma 3 270M, Gemma
+# terms; fetched by scripts/fetch-assets.sh --gemma) at
+# pkg/router/models/gemma-3-270m-q4_k_m.gguf. It is never in the page's first
+# load: the page fetches it only when the user presses its button. Without
+# the flag the manifest still lists it and the button says the site does
+# not serve it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+WITH_GEMMA=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-gemma) WITH_GEMMA=1 ;;
+    *) echo "build-site: unknown argument $arg (expected --with-gemma)" >&2; exit 2 ;;
+  esac
+done
 [ -f assets/SmolLM2-135M-Instruct.Q4_1.gguf ] || scripts/fetch-assets.sh
+if [ "$WITH_GEMMA" = 1 ]; then scripts/fetch-assets.sh --gemma; fi
 trunk build --release
 trunk build router/index.html --release --dist pkg/router
 # The router worker's threads variant, beside the single-thread one.
 scripts/build-threads-worker.sh
+if [ "$WITH_GEMMA" = 1 ]; then
+  cp assets/gemma-3-270m-q4_k_m.gguf pkg/router/models/
+fi

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Installs everything the workbench needs to build, serve and test, on a fresh
 # Debian 12 machine with rustup. Idempotent: each step checks first, so a
-# second run takes seconds.
+# second run takes seconds. `--with-gemma` also fetches the second
+# checkpoint (Gemma 3 270M, Gemma terms of use), which is otherwise never
+# downloaded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+FETCH_ARGS=()
+for arg in "$@"; do
+  case "$arg" in
+    --with-gemma) FETCH_ARGS+=(--gemma) ;;
+    *) echo "setup: unknown argument $arg (expected --with-gemma)" >&2; exit 2 ;;
+  esac
+done
 
 TRUNK_VERSION=0.21.14
 say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
@@ -64,5 +73,5 @@ for dir in tools tests/e2e; do
   fi
 done
 # Model and tokenizer assets, pinned by version and SHA-256 (never committed).
-scripts/fetch-assets.sh
+scripts/fetch-assets.sh "${FETCH_ARGS[@]}"
 say "ready"

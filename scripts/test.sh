@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every check, in the order CI runs them: this script *is* CI (.ci/run calls
-# it). Installs what it needs first.
+# it). Installs what it needs first, the on-request Gemma 3 checkpoint too:
+# its llama.cpp reference test and its browser test need it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --with-gemma
 source scripts/env.sh
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -23,8 +24,8 @@ step "wasm tests in headless Chromium (page bindings; the router core)"
 cargo test --target wasm32-unknown-unknown -p workbench --test web
 cargo test --target wasm32-unknown-unknown -p router --test wasm
 
-step "release build of the site (trunk: calculator, then router page + worker)"
-scripts/build-site.sh
+step "release build of the site (trunk: calculator, then router page + worker; Gemma served on request)"
+scripts/build-site.sh --with-gemma
 
 step "end-to-end tests in headless Chromium"
 npm --prefix tests/e2e test

@@ -62,6 +62,8 @@ enum Job {
 #[derive(Clone)]
 enum LoadRequest {
     Bundled,
+    /// A checkpoint the manifest offers on request, by its manifest `file`.
+    OnRequest(String),
     File(web_sys::File),
 }
 
@@ -210,7 +212,8 @@ impl Ctx {
 
     fn load(self, request: LoadRequest) {
         let (message, file) = match &request {
-            LoadRequest::Bundled => (ToWorker::LoadBundled, None),
+            LoadRequest::Bundled => (ToWorker::LoadBundled { on_request: None }, None),
+            LoadRequest::OnRequest(file) => (ToWorker::LoadBundled { on_request: Some(file.clone()) }, None),
             LoadRequest::File(file) => (ToWorker::LoadFile { name: file.name() }, Some(file.clone())),
         };
         self.last_load.set_value(Some(request));
@@ -408,7 +411,7 @@ pub fn RouterPage() -> impl IntoView {
                 <p class="crumbs"><a href="../" data-testid="to-calculator">"← KV-cache calculator"</a></p>
                 <h1>"Router decide latency, in this browser"</h1>
                 <p class="lede">
-                    "A quantized SmolLM2-135M router runs here through candle compiled to WebAssembly, in a Web Worker. "
+                    "A quantized router (SmolLM2-135M bundled; Gemma 3 270M on request) runs here through candle compiled to WebAssembly, in a Web Worker. "
                     "The first call at each prompt length is reported apart from the warm calls: a warm median is not the first request's experience."
                 </p>
             </header>
@@ -508,8 +511,24 @@ fn ModelCard(ctx: Ctx) -> impl IntoView {
                 <button type="button" data-testid="model-load" disabled=busy on:click=move |_| ctx.load(LoadRequest::Bundled)>
                     "Load the bundled SmolLM2-135M-Instruct Q4_1 (94 MiB)"
                 </button>
+                {move || ctx.storage.get().map(|s| s.on_request.into_iter().map(|(model, cached)| {
+                    let file = model.file.clone();
+                    let label = format!(
+                        "Fetch {} ({}, {}){}",
+                        model.name,
+                        kv::units::binary(model.bytes as u128),
+                        model.license.split(" (").next().unwrap_or_default(),
+                        if cached { ", cached" } else { "" }
+                    );
+                    view! {
+                        <button type="button" data-testid="model-load-on-request" data-file=file.clone() title=model.source.clone()
+                            disabled=busy on:click=move |_| ctx.load(LoadRequest::OnRequest(file.clone()))>
+                            {label}
+                        </button>
+                    }
+                }).collect_view())}
                 <label class="file-pick" on:dragover=|ev: leptos::ev::DragEvent| ev.prevent_default() on:drop=on_drop>
-                    "…or pick or drop your own GGUF (llama or qwen3, e.g. Qwen3-0.6B): "
+                    "…or pick or drop your own GGUF (llama, qwen2, qwen3 or gemma3, e.g. Qwen3-0.6B): "
                     <input type="file" accept=".gguf" data-testid="model-file" disabled=busy
                         on:change=move |ev| if let Some(file) = file_from_input(&ev) { ctx.load(LoadRequest::File(file)) }/>
                 </label>
@@ -556,8 +575,8 @@ fn bytes_or_count(n: u64, total: u64) -> String {
 fn ModelFacts(model: ModelInfo) -> impl IntoView {
     let p = &model.provenance;
     let source = match model.source {
-        Source::Downloaded => "bundled, downloaded from this site now (and cached)",
-        Source::Cached => "bundled, read from this browser's cache",
+        Source::Downloaded => "from this site's manifest, downloaded now (and cached)",
+        Source::Cached => "from this site's manifest, read from this browser's cache",
         Source::UserFile => "your file",
     };
     let sha = if model.sha256_checked {
@@ -578,6 +597,7 @@ fn ModelFacts(model: ModelInfo) -> impl IntoView {
         ("weight load", format_ms(model.load.weights_ms)),
         ("tokenizer init", format_ms(model.load.tokenizer_ms)),
         ("descriptors (once per pool load)", format_ms(model.load.descriptors_ms)),
+        ("wasm memory (high-water)", kv::units::binary(model.wasm_memory_bytes as u128)),
     ];
     view! {
         <dl class="facts" data-testid="model-facts">

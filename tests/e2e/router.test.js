@@ -240,7 +240,7 @@ test('offline second visit reads the checkpoint from the browser cache; clearing
   await again.goto(`${server.url}router/#router`);
   await loadBundled(again);
   const facts = await again.getByTestId('model-facts').innerText();
-  assert.match(facts, /bundled, read from this browser's cache/);
+  assert.match(facts, /from this site's manifest, read from this browser's cache/);
   assert.match(facts, /matches the manifest/);
   await again.getByTestId('cache-clear').click();
   await again.waitForFunction(() => /is not cached/.test(document.querySelector('[data-testid=storage]')?.textContent ?? ''));
@@ -374,5 +374,53 @@ test('prefix reuse: a longer decide reuses the held prefix, and the note-04 prot
   assert.ok(recovery[0].reused < 16 && recovery[1].reused > 256, 'evicted under pressure, then held again');
   assert.match(await text(page, 'prefix-target'), /ratio \d+\.\d\d \(target ≤ 2\)/);
   await screenshot(page, 'router-prefix');
+  await page.context().close();
+});
+
+test('Gemma 3 on request: never fetched unasked, then loaded and ranked like the native CLI (scores within 1e-5)', async () => {
+  const gemma = MANIFEST.models.find((m) => m.on_request);
+  assert.ok(gemma, 'the manifest offers a checkpoint on request');
+  const cases = join(root, 'tests/e2e/fixtures/same-answers.json');
+  const conversations = JSON.parse(await readFile(cases, 'utf8'));
+  const native = JSON.parse(
+    execFileSync('cargo', ['run', '--quiet', '-p', 'bench-cli', '--bin', 'router-decide', '--', '--checkpoint', `assets/${gemma.file.split('/').pop()}`, '--conversations', cases, '--mode', 'quality'], {
+      cwd: root,
+      encoding: 'utf8',
+      maxBuffer: 1 << 26,
+    }),
+  );
+  const page = await newPage(browser);
+  const from = server.served.length;
+  await page.goto(`${server.url}router/#router`);
+  await workerReady(page);
+  const button = page.locator(`[data-testid=model-load-on-request][data-file="${gemma.file}"]`);
+  await button.waitFor();
+  assert.match(await button.innerText(), /Gemma 3 270M Q4_K_M \(241\.39 MiB, Gemma terms of use\)/);
+  // Loading the bundled checkpoint and deciding never touch the on-request file.
+  await loadBundled(page);
+  assert.ok(!server.served.slice(from).some((p) => p.endsWith(gemma.file)), 'Gemma was fetched without being asked for');
+  await button.click();
+  await page.waitForFunction((sha) => document.querySelector('[data-testid=model-facts]')?.innerText.includes(sha) && document.querySelector('[data-testid=model-status]')?.textContent === 'ready', gemma.sha256, { timeout: LOAD_TIMEOUT });
+  const facts = await page.getByTestId('model-facts').innerText();
+  assert.match(facts, new RegExp(`${gemma.sha256} — matches the manifest`));
+  assert.match(facts, /gguf-a5fd3b62/);
+  assert.match(facts, /gemma3 \(18 layers/);
+  assert.match(facts, /Q4_K_M weights dequantized to f32/);
+  assert.ok(server.served.slice(from).some((p) => p.endsWith(gemma.file)), 'fetched from this site once asked');
+  // The f32 working set must fit comfortably in wasm32's 4 GiB: the
+  // 262,144-row embedding table stays quantized, read a row at a time.
+  const memory = await page.locator('[data-field="wasm memory (high-water)"]').innerText();
+  console.log(`Gemma 3 270M in the threads worker: wasm memory ${memory} after load`);
+  const [, value, unit] = memory.match(/([\d.]+) (MiB|GiB)/);
+  assert.ok(Number(value) * (unit === 'GiB' ? 1024 : 1) < 2048, `wasm memory ${memory}`);
+  for (const [i, conversation] of conversations.entries()) {
+    const browserRanking = await decide(page, conversation, 'quality');
+    const nativeRanking = native[i].ranked.map((r) => ({ id: r.id, score: r.score }));
+    assert.deepEqual(browserRanking.map((r) => r.id), nativeRanking.map((r) => r.id), `conversation ${i + 1}`);
+    for (const [j, r] of browserRanking.entries()) {
+      assert.ok(Math.abs(r.score - nativeRanking[j].score) <= 1e-5, `conversation ${i + 1}, ${r.id}: ${r.score} vs ${nativeRanking[j].score}`);
+    }
+  }
+  await screenshot(page, 'router-gemma3');
   await page.context().close();
 });

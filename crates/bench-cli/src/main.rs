@@ -92,7 +92,7 @@ fn run(args: Args) -> Result<()> {
     if let Some(path) = &args.dump_prompts {
         let texts: Vec<serde_json::Value> = prompts
             .iter()
-            .map(|p| serde_json::json!({ "tokens": p.tokens, "characters": p.characters, "routing_text": p.conversation.routing_text() }))
+            .map(|p| serde_json::json!({ "tokens": p.tokens, "characters": p.characters, "routing_text": p.conversation.routing_text(router.tokenizer.layout) }))
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&texts)?).with_context(|| format!("--dump-prompts {}", path.display()))?;
     }

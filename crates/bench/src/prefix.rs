@@ -126,7 +126,7 @@ impl PrefixInputs {
     /// decide. Keep `long_tokens` + a follow-up (≈ 16) within
     /// `router_max_tokens`, or left truncation makes every extension a miss.
     pub fn from_texts(router: &Router, texts: &[String], long_tokens: usize, iterations: usize) -> router::Result<PrefixInputs> {
-        let count = |c: &Conversation| router.tokenizer.encode(&c.routing_text()).map(|ids| ids.len());
+        let count = |c: &Conversation| router.tokenizer.encode(&c.routing_text(router.tokenizer.layout)).map(|ids| ids.len());
         let system = count(&Conversation::user("").with_system(SYSTEM_PROMPT))? - count(&Conversation::user(""))?;
         let task = router::prompts::exact_prompt(&router.tokenizer, texts, long_tokens.saturating_sub(system))?;
         let long = task.conversation.with_system(SYSTEM_PROMPT);

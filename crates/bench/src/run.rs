@@ -133,7 +133,7 @@ impl<'p> Session<'p> {
             part.warm_stages.push(decision.timings);
             (Phase::Iteration, ms)
         } else {
-            let routing_text = prompt.conversation.routing_text();
+            let routing_text = prompt.conversation.routing_text(router.tokenizer.layout);
             let ms = timed(|| router.encode_and_score(&routing_text))?.0;
             part.encode_ms.push(ms);
             (Phase::EncodeAndScore, ms)

@@ -2,8 +2,9 @@
 //!
 //! [`RouterWorker`] owns the loaded router and answers [`wire::ToWorker`]
 //! messages with [`wire::FromWorker`] ones. It fetches the bundled checkpoint
-//! itself (the 98 MB never pass through a message), checks its SHA-256
-//! against the site's manifest, keeps it in the Cache API for the next visit,
+//! itself (the 98 MB never pass through a message; a second checkpoint the
+//! manifest offers on request, Gemma 3, only when the user asks), checks its
+//! SHA-256 against the site's manifest, keeps it in the Cache API for the next visit,
 //! and runs `Router.decide` and the latency [`Session`] — the same library
 //! code `bench-decide` runs natively.
 //!
@@ -112,6 +113,13 @@ fn build_info() -> BuildInfo {
     }
 }
 
+/// The size of this instance's linear memory (an `ArrayBuffer`, or a
+/// `SharedArrayBuffer` in the threads build: both have `byteLength`).
+fn wasm_memory_bytes() -> u64 {
+    let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().unchecked_into();
+    Reflect::get(&memory.buffer(), &"byteLength".into()).ok().and_then(|v| v.as_f64()).unwrap_or(0.0) as u64
+}
+
 fn now_ms() -> f64 {
     js_sys::Date::now()
 }
@@ -119,7 +127,7 @@ fn now_ms() -> f64 {
 impl RouterWorker {
     async fn handle(self: Rc<Self>, message: ToWorker, file: Option<web_sys::File>) {
         let activity = match &message {
-            ToWorker::LoadBundled | ToWorker::LoadFile { .. } => Activity::Load,
+            ToWorker::LoadBundled { .. } | ToWorker::LoadFile { .. } => Activity::Load,
             ToWorker::Decide { .. } | ToWorker::GemmProbe { .. } => Activity::Decide,
             ToWorker::Bench { .. } | ToWorker::PrefixProtocol { .. } => Activity::Bench,
             ToWorker::Storage | ToWorker::ClearCache | ToWorker::Cancel => Activity::Storage,
@@ -133,7 +141,7 @@ impl RouterWorker {
             self.busy.set(Some(activity));
         }
         let outcome = match message {
-            ToWorker::LoadBundled => self.load_bundled().await,
+            ToWorker::LoadBundled { on_request } => self.load_bundled(on_request.as_deref()).await,
             ToWorker::LoadFile { name } => match file {
                 Some(file) => self.load_file(file, &name).await,
                 None => Err(format!("{name}: no file came with the message")),
@@ -171,9 +179,16 @@ impl RouterWorker {
         }
     }
 
-    async fn load_bundled(&self) -> Result<(), String> {
+    async fn load_bundled(&self, on_request: Option<&str>) -> Result<(), String> {
         progress("reading the model manifest", 0, None);
-        let model = manifest_model().await?;
+        let manifest = manifest().await?;
+        let model = match on_request {
+            None => manifest.bundled().cloned().ok_or_else(|| format!("{MANIFEST_URL}: lists no bundled model"))?,
+            Some(file) => manifest
+                .on_request(file)
+                .cloned()
+                .ok_or_else(|| format!("{file}: the site's manifest offers no such checkpoint on request; nothing was fetched"))?,
+        };
         // The one URL the checkpoint is fetched, cached and deleted under.
         let url = io::site_url(&model.file);
         let cache = io::open_cache().await;
@@ -185,7 +200,16 @@ impl RouterWorker {
         let started = now_ms();
         let response = match hit {
             Some(response) => response,
-            None => io::fetch(&url).await?,
+            None => io::fetch(&url).await.map_err(|e| {
+                if model.on_request {
+                    format!(
+                        "{e}. {} is offered on request, and this site was built without it (scripts/build-site.sh --with-gemma adds it); you can pick the file yourself below ({})",
+                        model.name, model.source
+                    )
+                } else {
+                    e
+                }
+            })?,
         };
         let stage = if source == Source::Cached { "reading the cached checkpoint" } else { "downloading the checkpoint" };
         let body = response.body().ok_or_else(|| format!("{}: the response has no body", model.file))?;
@@ -422,6 +446,7 @@ fn model_info(router: &Router, file_name: &str, bytes: u64, parts: ModelInfoPart
         read_ms: parts.read_ms,
         verify_ms: parts.verify_ms,
         load: router.load_timings,
+        wasm_memory_bytes: wasm_memory_bytes(),
         flop_model: router.backbone.hparams.flop_model(),
         modes: router
             .pool
@@ -439,24 +464,36 @@ async fn storage_info() -> StorageInfo {
         Ok((usage, quota)) => (Some(usage).filter(|v| v.is_finite()), Some(quota).filter(|v| v.is_finite()), String::new()),
         Err(e) => (None, None, e),
     };
-    let model_cached = match io::open_cache().await {
-        Ok(cache) => match manifest_model().await {
-            Ok(model) => io::cached(&cache, &io::site_url(&model.file)).await.is_some(),
-            Err(_) => false,
-        },
-        Err(e) => {
-            note = e;
-            false
+    let manifest = manifest().await.unwrap_or(Manifest { models: Vec::new() });
+    let cache = io::open_cache().await;
+    if let Err(e) = &cache {
+        note = e.clone();
+    }
+    let is_cached = |model: ManifestModel| {
+        let cache = cache.as_ref().ok().cloned();
+        async move {
+            let cached = match cache {
+                Some(cache) => io::cached(&cache, &io::site_url(&model.file)).await.is_some(),
+                None => false,
+            };
+            (model, cached)
         }
     };
-    StorageInfo { usage_bytes, quota_bytes, model_cached, note }
+    let model_cached = match manifest.bundled() {
+        Some(model) => is_cached(model.clone()).await.1,
+        None => false,
+    };
+    let mut on_request = Vec::new();
+    for model in manifest.models.iter().filter(|m| m.on_request) {
+        on_request.push(is_cached(model.clone()).await);
+    }
+    StorageInfo { usage_bytes, quota_bytes, model_cached, on_request, note }
 }
 
-/// The bundled checkpoint the site's manifest lists.
-async fn manifest_model() -> Result<ManifestModel, String> {
+/// The site's checkpoint list.
+async fn manifest() -> Result<Manifest, String> {
     let text = io::fetch_text(&io::site_url(MANIFEST_URL)).await?;
-    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| format!("{MANIFEST_URL}: not a model manifest: {e}"))?;
-    manifest.models.into_iter().next().ok_or_else(|| format!("{MANIFEST_URL}: lists no model"))
+    serde_json::from_str(&text).map_err(|e| format!("{MANIFEST_URL}: not a model manifest: {e}"))
 }
 
 /// Where the bench ran: what a page may know about its machine.

@@ -219,7 +219,8 @@ pub struct Checkpoint<'a> {
     pub hparams: Hparams,
     /// Short content hash of the checkpoint bytes.
     pub id: String,
-    /// The most common weight type among the 2-D tensors, e.g. `Q4_1`.
+    /// The file's quantization mix by llama.cpp's name (`general.file_type`,
+    /// e.g. `Q4_K_M`), else the most common type among the 2-D tensors.
     pub weight_type: String,
 }
 
@@ -264,7 +265,10 @@ impl<'a> Checkpoint<'a> {
             }
         }
         counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let weight_type = counts.first().map(|c| c.0).unwrap_or("unknown").to_string();
+        // A mixed file (`Q4_K_M` holds Q5_0, Q8_0, Q4_K and Q6_K tensors)
+        // is named by its `general.file_type`; otherwise by its commonest type.
+        let file_type = content.metadata.get("general.file_type").and_then(|v| v.to_u32().ok()).and_then(file_type_name);
+        let weight_type = file_type.or(counts.first().map(|c| c.0)).unwrap_or("unknown").to_string();
         Ok(Checkpoint {
             file: file.to_string(),
             bytes,
@@ -311,6 +315,30 @@ impl<'a> Checkpoint<'a> {
         }
         Ok(())
     }
+}
+
+/// llama.cpp's names of `general.file_type` values (`enum llama_ftype`).
+fn file_type_name(file_type: u32) -> Option<&'static str> {
+    Some(match file_type {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        32 => "BF16",
+        _ => return None,
+    })
 }
 
 fn read_hparams(content: &Content, file: &str) -> Result<Hparams> {

@@ -44,7 +44,7 @@ pub mod synthetic;
 #[cfg(feature = "engine")]
 pub mod tokenizer;
 
-pub use conversation::{Conversation, Message, Role};
+pub use conversation::{Conversation, Message, Role, TurnLayout};
 pub use decision::{Decision, FlopModel, GemmProbe, LoadTimings, PrefixReuse, Ranked, Scores, StageTimings};
 #[cfg(feature = "engine")]
 pub use error::{Result, RouterError};

@@ -102,7 +102,7 @@ impl Weights {
         ck.expect_shape(name, &[rows, cols])?;
         let q = ck.tensor(name)?;
         Ok(match precision {
-            Precision::DequantizedF32 if cfg!(target_arch = "wasm32") && dequant::block_bytes(q.dtype()).is_some() => {
+            Precision::DequantizedF32 if cfg!(target_arch = "wasm32") && dequant::block_shape(q.dtype()).is_some() => {
                 // Decode each row straight into the kernel's panels, on
                 // every thread: no intermediate f32 tensor or copies.
                 let data = q.data()?;
@@ -479,11 +479,12 @@ impl Backbone {
         Ok(sum.iter().map(|s| (s / ids.len() as f64) as f32).collect())
     }
 
-    /// Mean of the final hidden states over the tokens, L2-normalised: the
-    /// vector a router compares. `[hidden]`.
-    pub fn embed(&self, ids: &[u32]) -> Result<Vec<f32>> {
+    /// Mean of the final hidden states over the tokens after the first
+    /// `skip` (a BOS, whose state is the same for every text), L2-normalised:
+    /// the vector a router compares. `[hidden]`.
+    pub fn embed(&self, ids: &[u32], skip: usize) -> Result<Vec<f32>> {
         let mut state = KvState::default();
         state.push(SegmentView::whole(Arc::new(self.prefill(&KvState::default(), ids)?)));
-        Ok(state.mean_embedding(self.hparams.hidden))
+        Ok(state.mean_embedding(self.hparams.hidden, skip))
     }
 }

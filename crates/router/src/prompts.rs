@@ -38,7 +38,8 @@ pub fn exact_prompt(tokenizer: &RouterTokenizer, texts: &[String], target: usize
 /// The prefix of `corpus` whose routing text has exactly `target` tokens, if
 /// one lies near the token-boundary estimate.
 fn exact_prefix(tokenizer: &RouterTokenizer, corpus: &str, target: usize) -> Result<Option<BenchPrompt>> {
-    let count = |content: &str| -> Result<usize> { Ok(tokenizer.encode(&Conversation::user(content).routing_text())?.len()) };
+    let count =
+        |content: &str| -> Result<usize> { Ok(tokenizer.encode(&Conversation::user(content).routing_text(tokenizer.layout))?.len()) };
     let overhead = count("")?;
     if target <= overhead {
         return Err(RouterError::Request(format!("{target} tokens is no more than the chat template's own {overhead}")));

@@ -139,9 +139,25 @@ impl Router {
     /// The embedding of a plain text, truncated like a routing text, and
     /// the tokens prefilled.
     fn embed_text(&self, text: &str) -> Result<(Vec<f32>, usize)> {
-        let ids = self.tokenizer.encode(text)?;
-        let keep = ids.len().min(self.config.max_tokens);
-        Ok((self.backbone.embed(&ids[ids.len() - keep..])?, keep))
+        let kept = self.truncate(&self.tokenizer.encode(text)?)?;
+        Ok((self.backbone.embed(&kept, self.tokenizer.leading())?, kept.len()))
+    }
+
+    /// Left truncation to `max_tokens`: the leading BOS (when the model
+    /// expects one) stays first, then the text's latest tokens. Fails when
+    /// no text token is left.
+    fn truncate(&self, ids: &[u32]) -> Result<Vec<u32>> {
+        let lead = self.tokenizer.leading().min(ids.len());
+        let text = ids.len() - lead;
+        let keep = text.min(self.config.max_tokens.saturating_sub(lead));
+        if keep == 0 {
+            return Err(RouterError::Request(if text == 0 {
+                "nothing to encode: zero tokens".into()
+            } else {
+                format!("router_max_tokens = {} leaves no room for text after the BOS token", self.config.max_tokens)
+            }));
+        }
+        Ok(ids[..lead].iter().chain(&ids[ids.len() - keep..]).copied().collect())
     }
 
     /// The namespace this router's states belong to in a prefix cache.
@@ -167,19 +183,19 @@ impl Router {
         // the left: a long conversation keeps its latest tokens.
         let started = Instant::now();
         let total = ids.len();
-        let keep = total.min(self.config.max_tokens);
-        let kept = &ids[total - keep..];
+        // Fails on an empty text, as the backbone would; a cache must not
+        // answer it with an empty pool.
+        let kept = self.truncate(&ids)?;
+        let kept = kept.as_slice();
+        let keep = kept.len();
         t.truncate_ms = ms(started);
-        if kept.is_empty() {
-            // As the backbone would say; a cache must not answer it with an empty pool.
-            return Err(RouterError::Request("nothing to encode: zero tokens".into()));
-        }
 
         let hidden = self.backbone.hparams.hidden;
+        let lead = self.tokenizer.leading();
         let (query, prefix) = match cache {
             None => {
                 let started = Instant::now();
-                let query = self.backbone.embed(kept)?;
+                let query = self.backbone.embed(kept, lead)?;
                 t.prefill_ms = ms(started);
                 (query, None)
             }
@@ -209,7 +225,7 @@ impl Router {
                     cache.insert(kept, lookup, segment);
                     t.insert_ms = ms(started);
                 }
-                let query = state.mean_embedding(hidden);
+                let query = state.mean_embedding(hidden, lead);
                 let reuse = PrefixReuse {
                     reused_tokens: reused,
                     prefilled_tokens: suffix.len(),
@@ -279,7 +295,7 @@ impl Router {
         if conversation.messages.iter().all(|m| m.content.trim().is_empty()) {
             return Err(RouterError::Request("the conversation is empty".into()));
         }
-        let routing_text = conversation.routing_text();
+        let routing_text = conversation.routing_text(self.tokenizer.layout);
         t.assemble_ms = ms(started);
 
         let scores = self.encode_and_score_into(&routing_text, &mut t, cache)?;

@@ -184,17 +184,21 @@ impl KvState {
         }
     }
 
-    /// The pooled embedding of the whole sequence: the mean of every
-    /// token's final hidden state (summed in token order, in f64),
-    /// L2-normalised.
-    pub fn mean_embedding(&self, hidden: usize) -> Vec<f32> {
+    /// The pooled embedding of the sequence after its first `skip` tokens:
+    /// the mean of their final hidden states (summed in token order, in
+    /// f64), L2-normalised.
+    pub fn mean_embedding(&self, hidden: usize, skip: usize) -> Vec<f32> {
         let mut sum = vec![0f64; hidden];
+        let mut seen = 0;
         for view in &self.views {
             for row in view.segment.hidden(view.rows.clone()).chunks_exact(hidden) {
-                sum.iter_mut().zip(row).for_each(|(s, &x)| *s += x as f64);
+                if seen >= skip {
+                    sum.iter_mut().zip(row).for_each(|(s, &x)| *s += x as f64);
+                }
+                seen += 1;
             }
         }
-        let count = self.tokens.max(1) as f64;
+        let count = self.tokens.saturating_sub(skip).max(1) as f64;
         let norm = sum.iter().map(|s| (s / count) * (s / count)).sum::<f64>().sqrt().max(1e-12);
         sum.iter().map(|s| (s / count / norm) as f32).collect()
     }

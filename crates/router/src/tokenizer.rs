@@ -3,19 +3,29 @@
 //! checkpoint.
 //!
 //! The GGUF path supports `tokenizer.ggml.model = gpt2` (byte-level BPE)
-//! with the pre-tokenizer llama.cpp selects by `tokenizer.ggml.pre`. This
-//! code runs on both native and wasm32 (candle's own GGUF tokenizer builder
-//! is native-only and has no `smollm` pre-tokenizer).
+//! with the pre-tokenizer llama.cpp selects by `tokenizer.ggml.pre`, and
+//! `llama` (SentencePiece BPE: Gemma, Llama 2), whose file has pieces and
+//! scores but no merges. This code runs on both native and wasm32 (candle's
+//! own GGUF tokenizer builder is native-only and has no `smollm`
+//! pre-tokenizer).
 
 use candle_core::quantized::gguf_file::Value;
+use std::collections::HashMap;
+
+use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::unicode::NFC;
+use tokenizers::normalizers::{Prepend, Replace};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::DecoderWrapper;
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer};
 
+use crate::conversation::TurnLayout;
 use crate::error::{Result, RouterError};
 use crate::gguf::Checkpoint;
 
@@ -24,7 +34,21 @@ pub struct RouterTokenizer {
     pub inner: Tokenizer,
     /// `gguf metadata (smollm)` or the tokenizer.json source name.
     pub source: String,
+    /// The token the model expects before any text
+    /// (`tokenizer.ggml.add_bos_token`; Gemma's `<bos>`): the router keeps
+    /// it first when it truncates, and pools over the text's tokens only.
+    pub bos: Option<u32>,
+    /// How the checkpoint writes conversation turns.
+    pub layout: TurnLayout,
 }
+
+/// llama.cpp's token types (`tokenizer.ggml.token_type`).
+const TOKEN_NORMAL: i64 = 1;
+const TOKEN_CONTROL: i64 = 3;
+const TOKEN_USER_DEFINED: i64 = 4;
+
+/// SentencePiece's word-boundary mark, which stands for a space.
+const SPACE_MARK: &str = "\u{2581}";
 
 /// llama.cpp's `qwen2` split regex (single digits).
 const REGEX_QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -51,6 +75,59 @@ fn strings(v: Option<&Value>, key: &str, source: &str) -> Result<Vec<String>> {
     }
 }
 
+/// Each token's type, as integers (`None` when the file has no types).
+fn token_types(ck: &Checkpoint, count: usize) -> Result<Option<Vec<i64>>> {
+    let source = &ck.file;
+    match ck.metadata("tokenizer.ggml.token_type") {
+        None => Ok(None),
+        Some(Value::Array(types)) if types.len() == count => types
+            .iter()
+            .map(|t| {
+                t.to_i32()
+                    .map(i64::from)
+                    .or_else(|_| t.to_u32().map(i64::from))
+                    .map_err(|_| tok_err(source, "`tokenizer.ggml.token_type` holds a non-integer"))
+            })
+            .collect::<Result<Vec<i64>>>()
+            .map(Some),
+        Some(Value::Array(types)) => {
+            Err(tok_err(source, format!("`tokenizer.ggml.token_type` has {} entries for {count} tokens", types.len())))
+        }
+        Some(_) => Err(tok_err(source, "`tokenizer.ggml.token_type` is not an array")),
+    }
+}
+
+/// A boolean metadata key, `None` when absent.
+fn flag(ck: &Checkpoint, key: &str) -> Option<bool> {
+    match ck.metadata(key) {
+        Some(Value::Bool(b)) => Some(*b),
+        _ => None,
+    }
+}
+
+/// SentencePiece BPE's merges, rebuilt from the pieces and their scores:
+/// every way of writing a normal piece as two pieces is a merge, ranked by
+/// the piece's score, highest first. That is the rule llama.cpp's SPM
+/// tokenizer applies directly (merge the adjacent pair whose concatenation
+/// is the best-scoring piece, leftmost on ties) and the one Hugging Face's
+/// converter writes down for Gemma; scores of normal pieces are distinct in
+/// the files seen, so the ranking is total.
+fn merges_from_scores(tokens: &[String], scores: &[f32], types: Option<&[i64]>) -> Vec<(String, String)> {
+    let normal = |i: usize| types.is_none_or(|t| t[i] == TOKEN_NORMAL);
+    let index: HashMap<&str, usize> = tokens.iter().enumerate().filter(|&(i, _)| normal(i)).map(|(i, t)| (t.as_str(), i)).collect();
+    let mut merges: Vec<(f32, usize, usize, usize)> = Vec::new();
+    for (i, piece) in tokens.iter().enumerate().filter(|&(i, _)| normal(i)) {
+        for (cut, _) in piece.char_indices().skip(1) {
+            if let (Some(&left), Some(&right)) = (index.get(&piece[..cut]), index.get(&piece[cut..])) {
+                merges.push((scores[i], i, left, right));
+            }
+        }
+    }
+    // Best score first; the ids make the order of equal scores fixed.
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    merges.into_iter().map(|(_, _, left, right)| (tokens[left].clone(), tokens[right].clone())).collect()
+}
+
 impl RouterTokenizer {
     /// Builds the tokenizer a GGUF describes in its metadata.
     pub fn from_gguf(ck: &Checkpoint) -> Result<RouterTokenizer> {
@@ -59,15 +136,91 @@ impl RouterTokenizer {
             Some(Value::String(s)) => s.clone(),
             _ => return Err(tok_err(source, "the GGUF has no `tokenizer.ggml.model`: supply a tokenizer.json")),
         };
-        if model != "gpt2" {
-            return Err(tok_err(
-                source,
-                format!(
-                    "`tokenizer.ggml.model` is `{model}`; only byte-level BPE (`gpt2`) is built from metadata: supply a tokenizer.json"
-                ),
-            ));
-        }
         let tokens = strings(ck.metadata("tokenizer.ggml.tokens"), "tokenizer.ggml.tokens", source)?;
+        let types = token_types(ck, tokens.len())?;
+        let mut built = match model.as_str() {
+            "gpt2" => RouterTokenizer::byte_level_bpe(ck, &tokens)?,
+            "llama" => RouterTokenizer::sentencepiece_bpe(ck, &tokens, types.as_deref())?,
+            other => {
+                return Err(tok_err(
+                    source,
+                    format!(
+                        "`tokenizer.ggml.model` is `{other}`; byte-level BPE (`gpt2`) and SentencePiece BPE (`llama`) are built from metadata: supply a tokenizer.json"
+                    ),
+                ))
+            }
+        };
+        // Control and user-defined tokens are matched whole in text, as
+        // llama.cpp does with special-token parsing on.
+        if let Some(types) = &types {
+            let specials: Vec<AddedToken> = types
+                .iter()
+                .zip(&tokens)
+                .filter(|(t, _)| matches!(**t, TOKEN_CONTROL | TOKEN_USER_DEFINED))
+                .map(|(_, token)| AddedToken::from(token.clone(), true))
+                .collect();
+            built.inner.add_special_tokens(specials).map_err(|e| tok_err(source, e.to_string()))?;
+        }
+        // The chat template when the file has one; otherwise the turn
+        // markers its vocabulary has (the Gemma 3 270M file has no template).
+        built.layout = match ck.metadata("tokenizer.chat_template") {
+            Some(Value::String(template)) => TurnLayout::from_chat_template(Some(template)),
+            _ if tokens.iter().any(|t| t == "<start_of_turn>") => TurnLayout::Gemma,
+            _ => TurnLayout::ChatMl,
+        };
+        if flag(ck, "tokenizer.ggml.add_bos_token") == Some(true) {
+            let id = match ck.metadata("tokenizer.ggml.bos_token_id").map(|v| v.to_u32()) {
+                Some(Ok(id)) if (id as usize) < tokens.len() => id,
+                _ => return Err(tok_err(source, "`tokenizer.ggml.add_bos_token` is set but `tokenizer.ggml.bos_token_id` is not a token")),
+            };
+            built.bos = Some(id);
+        }
+        Ok(built)
+    }
+
+    /// SentencePiece BPE over the whole text (no pre-tokenizer, as llama.cpp
+    /// runs it): spaces become `▁`, characters outside the vocabulary fall
+    /// back to `<0xXX>` byte tokens.
+    fn sentencepiece_bpe(ck: &Checkpoint, tokens: &[String], types: Option<&[i64]>) -> Result<RouterTokenizer> {
+        let source = &ck.file;
+        let scores: Vec<f32> = match ck.metadata("tokenizer.ggml.scores") {
+            Some(Value::Array(items)) if items.len() == tokens.len() => items
+                .iter()
+                .map(|v| v.to_f32().map_err(|_| tok_err(source, "`tokenizer.ggml.scores` holds a non-float")))
+                .collect::<Result<_>>()?,
+            Some(_) => return Err(tok_err(source, "`tokenizer.ggml.scores` is not an array with one score per token")),
+            None => return Err(tok_err(source, "`tokenizer.ggml.scores` is missing: SentencePiece BPE ranks merges by them")),
+        };
+        let merges = merges_from_scores(tokens, &scores, types);
+        let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let mut bpe = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true);
+        if let Some(Ok(unk)) = ck.metadata("tokenizer.ggml.unknown_token_id").map(|v| v.to_u32()) {
+            if let Some(name) = tokens.get(unk as usize) {
+                bpe = bpe.unk_token(name.clone());
+            }
+        }
+        let bpe = bpe.build().map_err(|e| tok_err(source, e.to_string()))?;
+        let mut tokenizer = Tokenizer::new(bpe);
+        let replace = Replace::new(" ", SPACE_MARK).map_err(|e| tok_err(source, e.to_string()))?;
+        if flag(ck, "tokenizer.ggml.add_space_prefix").unwrap_or(true) {
+            // llama.cpp prefixes a space to the first text fragment only;
+            // every fragment gets one here, which differs after a special
+            // token. Gemma sets the flag off, so it is not met there.
+            let normalizer = tokenizers::normalizers::Sequence::new(vec![Prepend::new(SPACE_MARK.into()).into(), replace.into()]);
+            tokenizer.with_normalizer(Some(normalizer)).map_err(|e| tok_err(source, e.to_string()))?;
+        } else {
+            tokenizer.with_normalizer(Some(replace)).map_err(|e| tok_err(source, e.to_string()))?;
+        }
+        let unmark = Replace::new(SPACE_MARK, " ").map_err(|e| tok_err(source, e.to_string()))?;
+        let decoder: DecoderWrapper = DecoderSequence::new(vec![unmark.into(), ByteFallback::new().into(), Fuse::new().into()]).into();
+        tokenizer.with_decoder(Some(decoder));
+        Ok(RouterTokenizer { inner: tokenizer, source: "GGUF metadata (SentencePiece)".into(), bos: None, layout: TurnLayout::ChatMl })
+    }
+
+    /// Byte-level BPE with the file's merges and llama.cpp's pre-tokenizer
+    /// for its `tokenizer.ggml.pre`.
+    fn byte_level_bpe(ck: &Checkpoint, tokens: &[String]) -> Result<RouterTokenizer> {
+        let source = &ck.file;
         let merges: Vec<(String, String)> = strings(ck.metadata("tokenizer.ggml.merges"), "tokenizer.ggml.merges", source)?
             .into_iter()
             .map(|m| {
@@ -99,25 +252,13 @@ impl RouterTokenizer {
         }
         tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
         tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
-        // Control and user-defined tokens (types 3 and 4) are matched whole in
-        // text, as llama.cpp does with special-token parsing on.
-        if let Some(Value::Array(types)) = ck.metadata("tokenizer.ggml.token_type") {
-            let specials: Vec<AddedToken> = types
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| matches!(t.to_i32(), Ok(3 | 4)) || matches!(t.to_u32(), Ok(3 | 4)))
-                .filter_map(|(i, _)| tokens.get(i))
-                .map(|t| AddedToken::from(t.clone(), true))
-                .collect();
-            tokenizer.add_special_tokens(specials).map_err(|e| tok_err(source, e.to_string()))?;
-        }
-        Ok(RouterTokenizer { inner: tokenizer, source: format!("GGUF metadata ({pre})") })
+        Ok(RouterTokenizer { inner: tokenizer, source: format!("GGUF metadata ({pre})"), bos: None, layout: TurnLayout::ChatMl })
     }
 
     /// Reads a `tokenizer.json` (bytes in; `source` names it in errors).
     pub fn from_json(bytes: &[u8], source: &str) -> Result<RouterTokenizer> {
         let inner = Tokenizer::from_bytes(bytes).map_err(|e| tok_err(source, format!("not a valid tokenizer.json: {e}")))?;
-        Ok(RouterTokenizer { inner, source: source.to_string() })
+        Ok(RouterTokenizer { inner, source: source.to_string(), bos: None, layout: TurnLayout::ChatMl })
     }
 
     /// Fails unless the tokenizer can only produce ids the model has.
@@ -132,12 +273,21 @@ impl RouterTokenizer {
         Ok(())
     }
 
-    /// Token ids of `text`, special tokens in the text recognised, nothing added.
+    /// The token ids the model reads for `text`: the tokenizer's BOS when
+    /// the model expects one, then the text's tokens (special tokens in the
+    /// text recognised).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self.inner.encode(text, false).map_err(|e| tok_err(&self.source, e.to_string()))?.get_ids().to_vec())
+        let encoding = self.inner.encode(text, false).map_err(|e| tok_err(&self.source, e.to_string()))?;
+        Ok(self.bos.iter().copied().chain(encoding.get_ids().iter().copied()).collect())
     }
 
-    /// Token ids and, for each, the byte offset where it ends in `text`.
+    /// How many leading ids of [`RouterTokenizer::encode`] are not the text's
+    /// (0 or 1): truncation keeps them and pooling leaves them out.
+    pub fn leading(&self) -> usize {
+        usize::from(self.bos.is_some())
+    }
+
+    /// The text's own token ids (no BOS) and, for each, the byte offset where it ends in `text`.
     pub fn encode_with_ends(&self, text: &str) -> Result<(Vec<u32>, Vec<usize>)> {
         let enc = self.inner.encode(text, false).map_err(|e| tok_err(&self.source, e.to_string()))?;
         Ok((enc.get_ids().to_vec(), enc.get_offsets().iter().map(|o| o.1).collect()))

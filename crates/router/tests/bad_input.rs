@@ -50,7 +50,7 @@ fn truncated_or_corrupt_ggufs() {
 fn unsupported_architecture_and_quant_type() {
     let pool = common::pool_yaml();
     let gpt2 = synthetic::write(&SyntheticSpec { architecture: "gpt2", vocab: 2048, ..SyntheticSpec::qwen3(GgmlDType::Q8_0) }).unwrap();
-    assert_eq!(load(&gpt2, None, &pool), "model.gguf: unsupported architecture `gpt2` (supported: llama, qwen3, qwen2)");
+    assert_eq!(load(&gpt2, None, &pool), "model.gguf: unsupported architecture `gpt2` (supported: llama, qwen3, qwen2, gemma3)");
     let q8_1 = synthetic::write(&SyntheticSpec { vocab: 2048, ..SyntheticSpec::qwen3(GgmlDType::Q8_1) }).unwrap();
     let e = load(&q8_1, None, &pool);
     assert!(e.contains("tensor `token_embd.weight` uses unsupported type ggml type 9"), "{e}");

@@ -18,6 +18,16 @@ pub fn smollm2() -> Vec<u8> {
     asset("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
+/// Gemma 3 270M (Q4_K_M), Gemma terms: fetched on request by
+/// `scripts/fetch-assets.sh --gemma` (scripts/test.sh asks for it).
+pub fn gemma3() -> Vec<u8> {
+    let path = workspace().join("assets").join(GEMMA3_FILE);
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}. Run scripts/fetch-assets.sh --gemma (scripts/test.sh does) first.", path.display()))
+}
+
+pub const GEMMA3_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+
 pub fn pool_yaml() -> Vec<u8> {
     std::fs::read(workspace().join("configs/pool.coderouterbench.yaml")).expect("default pool file")
 }

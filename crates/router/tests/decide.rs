@@ -34,7 +34,7 @@ fn decide_ranks_every_candidate_with_costs_and_stage_timings() {
     let t = d.timings;
     assert!(t.prefill_ms > 0.0 && t.total_ms >= t.prefill_ms);
     // encode_and_score gives the same scores: one code path.
-    let s = r.encode_and_score(&conv.routing_text()).unwrap();
+    let s = r.encode_and_score(&conv.routing_text(r.tokenizer.layout)).unwrap();
     for x in &d.ranked {
         let i = r.pool.candidates.iter().position(|c| c.id == x.id).unwrap();
         assert_eq!(s.scores[i].to_bits(), x.score.to_bits());
@@ -76,7 +76,7 @@ fn bench_prompts_have_exactly_the_requested_token_count() {
     for n in [15, 256, 1024] {
         let p = router::prompts::exact_prompt(&r.tokenizer, &texts, n).unwrap();
         assert_eq!(p.tokens, n);
-        assert_eq!(r.tokenizer.encode(&p.conversation.routing_text()).unwrap().len(), n);
+        assert_eq!(r.tokenizer.encode(&p.conversation.routing_text(r.tokenizer.layout)).unwrap().len(), n);
         assert!(p.characters > 0);
     }
 }

@@ -17,7 +17,8 @@ pub const JSON_FIELD: &str = "json";
 /// The property holding a user-picked `File`, when there is one.
 pub const FILE_FIELD: &str = "file";
 
-/// The bundled checkpoint list, served beside the site as `models/manifest.json`.
+/// The checkpoints the site knows, served beside it as `models/manifest.json`:
+/// the bundled one first, then any offered on request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub models: Vec<ManifestModel>,
@@ -33,14 +34,35 @@ pub struct ManifestModel {
     pub sha256: String,
     pub license: String,
     pub source: String,
+    /// Fetched only when the user asks for it (a larger checkpoint under
+    /// other terms; Gemma 3), and served only by sites built to include it.
+    #[serde(default)]
+    pub on_request: bool,
+}
+
+impl Manifest {
+    /// The bundled checkpoint: the first one not offered on request.
+    pub fn bundled(&self) -> Option<&ManifestModel> {
+        self.models.iter().find(|m| !m.on_request)
+    }
+
+    /// The on-request checkpoint with this `file`, if the manifest lists one.
+    pub fn on_request(&self, file: &str) -> Option<&ManifestModel> {
+        self.models.iter().find(|m| m.on_request && m.file == file)
+    }
 }
 
 /// Page → worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToWorker {
-    /// Load the bundled checkpoint (from the browser's cache when it is there).
-    LoadBundled,
+    /// Load a checkpoint the site's manifest lists, from the browser's cache
+    /// when it is there: the bundled one, or the on-request one whose
+    /// manifest `file` this names. Nothing else is ever fetched.
+    LoadBundled {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_request: Option<String>,
+    },
     /// Load the GGUF `File` attached to this message.
     LoadFile {
         name: String,
@@ -135,6 +157,11 @@ pub struct ModelInfo {
     /// Hashing for the manifest check.
     pub verify_ms: f64,
     pub load: LoadTimings,
+    /// The worker's wasm linear memory once the router is built: its
+    /// high-water mark, since wasm memory never shrinks (what a second
+    /// checkpoint costs is read here; wasm32 caps it at 4 GiB).
+    #[serde(default)]
+    pub wasm_memory_bytes: u64,
     /// The backbone's prefill FLOPs, for the bench's duration estimate.
     pub flop_model: FlopModel,
     pub modes: Vec<ModeInfo>,
@@ -149,6 +176,9 @@ pub struct StorageInfo {
     pub quota_bytes: Option<f64>,
     /// Whether the bundled checkpoint is in the cache.
     pub model_cached: bool,
+    /// The checkpoints offered on request, each with whether it is cached.
+    #[serde(default)]
+    pub on_request: Vec<(ManifestModel, bool)>,
     /// Why a figure is missing (no Cache API, not a secure context…).
     pub note: String,
 }
@@ -253,5 +283,17 @@ mod tests {
         let from = FromWorker::Failed { during: Activity::Load, message: "x.gguf: not a valid GGUF checkpoint".into() };
         assert_eq!(FromWorker::from_json(&from.to_json()).unwrap(), from);
         assert!(ToWorker::from_json("{\"type\":\"launch\"}").unwrap_err().starts_with("unreadable message to the worker"));
+        assert_eq!(ToWorker::from_json("{\"type\":\"load_bundled\"}").unwrap(), ToWorker::LoadBundled { on_request: None });
+    }
+
+    #[test]
+    fn the_site_manifest_has_the_bundled_checkpoint_first_and_gemma_on_request() {
+        let manifest: Manifest = serde_json::from_str(include_str!("../../../www/models/manifest.json")).unwrap();
+        assert_eq!(manifest.bundled().unwrap().file, "models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let gemma = manifest.on_request("models/gemma-3-270m-q4_k_m.gguf").unwrap();
+        assert!(gemma.sha256.starts_with("a5fd3b62") && gemma.license.contains("Gemma"));
+        // The bundled file is not loadable as an on-request one, and no other path is.
+        assert!(manifest.on_request("models/SmolLM2-135M-Instruct.Q4_1.gguf").is_none());
+        assert!(manifest.on_request("https://example.com/x.gguf").is_none());
     }
 }

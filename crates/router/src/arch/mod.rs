@@ -10,16 +10,18 @@
 //! files of every architecture share; a description says which optional
 //! ones a layer has.
 
+mod gemma3;
 mod llama;
 mod qwen2;
 mod qwen3;
 
+pub use gemma3::GEMMA3;
 pub use llama::LLAMA;
 pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
 
 /// Every architecture the backbone runs, by GGUF `general.architecture`.
-pub const ARCHITECTURES: &[&Arch] = &[&LLAMA, &QWEN3, &QWEN2];
+pub const ARCHITECTURES: &[&Arch] = &[&LLAMA, &QWEN3, &QWEN2, &GEMMA3];
 
 /// Looks an architecture up by its GGUF name.
 pub fn find(name: &str) -> Option<&'static Arch> {
