@@ -575,8 +575,8 @@ fn bytes_or_count(n: u64, total: u64) -> String {
 fn ModelFacts(model: ModelInfo) -> impl IntoView {
     let p = &model.provenance;
     let source = match model.source {
-        Source::Downloaded => "from this site's manifest, downloaded now (and cached)",
-        Source::Cached => "from this site's manifest, read from this browser's cache",
+        Source::Downloaded => "downloaded from this site now (and cached), as its manifest lists",
+        Source::Cached => "read from this browser's cache (as the manifest lists)",
         Source::UserFile => "your file",
     };
     let sha = if model.sha256_checked {

@@ -64,6 +64,17 @@ struct Args {
     /// The prefix cache's budget in MiB, for --prefix-protocol.
     #[arg(long, default_value_t = router::CacheBudget::default().max_bytes >> 20)]
     cache_mib: u64,
+    /// Also compare stepped truncation (--truncation-step) with plain left
+    /// truncation: prefix reuse on a conversation growing past
+    /// router_max_tokens, and the decisions on long task conversations.
+    #[arg(long)]
+    truncation_study: bool,
+    /// The grid, in text tokens, a stepped cut starts on.
+    #[arg(long, default_value_t = 256)]
+    truncation_step: usize,
+    /// Exchanges appended to the long conversation in --truncation-study.
+    #[arg(long, default_value_t = 12)]
+    truncation_turns: usize,
 }
 
 fn main() -> ExitCode {
@@ -80,7 +91,7 @@ fn run(args: Args) -> Result<()> {
     let texts = prompt_texts(&args.prompts)?;
     let started_unix_ms = web_time::SystemTime::now().duration_since(web_time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     eprintln!("bench-decide: loading {}", args.router.checkpoint.display());
-    let Loaded { router, checkpoint_file } = args.router.load()?;
+    let Loaded { mut router, checkpoint_file } = args.router.load()?;
     let prompts = args
         .lengths
         .iter()
@@ -120,6 +131,16 @@ fn run(args: Args) -> Result<()> {
     } else {
         None
     };
+    let truncation = if args.truncation_study {
+        eprintln!("bench-decide: truncation study (step {})", args.truncation_step);
+        let inputs = bench::prefix::PrefixInputs::from_texts(&router, &texts, args.prefix_tokens, args.iterations)?;
+        Some(
+            bench::truncation::run(&mut router, &inputs, &texts, args.truncation_step, args.truncation_turns)
+                .context("--truncation-step")?,
+        )
+    } else {
+        None
+    };
 
     let report = Report {
         schema: SCHEMA.into(),
@@ -145,6 +166,7 @@ fn run(args: Args) -> Result<()> {
         load: router.load_timings,
         results,
         prefix,
+        truncation,
     };
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("--out {}", args.out.display()))?;
@@ -158,6 +180,9 @@ fn run(args: Args) -> Result<()> {
             prefix.budget_bytes >> 20,
             prefix.table()
         );
+    }
+    if let Some(study) = &report.truncation {
+        println!("Stepped truncation (prefix reuse past router_max_tokens):\n\n{}", study.table());
     }
     println!("wrote {}", args.out.display());
     Ok(())

@@ -21,6 +21,7 @@ pub mod stats;
 pub mod tasks;
 #[cfg(test)]
 mod testing;
+pub mod truncation;
 
 pub use protocol::Protocol;
 pub use report::{Environment, LengthResult, Provenance, Report, SCHEMA, SCHEMAS_READ};

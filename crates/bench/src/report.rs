@@ -108,6 +108,9 @@ pub struct Report {
     /// The prefix-reuse protocol (`bench-decide --prefix-protocol`), when run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<crate::prefix::PrefixReport>,
+    /// Stepped against plain left truncation (`bench-decide --truncation-study`), when run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncation: Option<crate::truncation::TruncationStudy>,
 }
 
 /// Milliseconds as the tables print them: `137 ms`, `42.5 ms`.

@@ -55,5 +55,6 @@ pub fn sample_report() -> Report {
         load: LoadTimings { weights_ms: 426.0, tokenizer_ms: 279.0, descriptors_ms: 2281.0, descriptor_flops: 0.0 },
         results,
         prefix: None,
+        truncation: None,
     }
 }

@@ -394,6 +394,7 @@ impl RouterWorker {
             load: router.load_timings,
             results: session.into_results(),
             prefix: None,
+            truncation: None,
         };
         post(&FromWorker::BenchDone { report: Box::new(report), cancelled });
         Ok(())

@@ -31,6 +31,13 @@ pub const DEFAULT_MAX_TOKENS: usize = 1024;
 pub struct RouterConfig {
     /// Routing texts longer than this are cut from the left.
     pub max_tokens: usize,
+    /// Where a cut may start: a multiple of this many text tokens (1: the
+    /// latest `max_tokens` exactly). A step of S keeps the kept window's
+    /// start fixed while a conversation grows by up to S tokens, so its
+    /// prefix stays cached across turns, at the price of seeing up to
+    /// S − 1 fewer tokens. See ARCHITECTURE.md, "Prefix reuse and its limits".
+    #[serde(default = "one")]
+    pub truncation_step: usize,
     /// Softmax temperature over cosine similarities.
     pub temperature: f32,
     pub precision: Precision,
@@ -38,8 +45,12 @@ pub struct RouterConfig {
 
 impl Default for RouterConfig {
     fn default() -> Self {
-        RouterConfig { max_tokens: DEFAULT_MAX_TOKENS, temperature: 0.05, precision: Precision::DequantizedF32 }
+        RouterConfig { max_tokens: DEFAULT_MAX_TOKENS, truncation_step: 1, temperature: 0.05, precision: Precision::DequantizedF32 }
     }
+}
+
+fn one() -> usize {
+    1
 }
 
 /// What a router is built from: bytes and the names to report them by.
@@ -100,6 +111,14 @@ impl Router {
             None => RouterTokenizer::from_gguf(&checkpoint)?,
         };
         tokenizer.check_vocab(checkpoint.hparams.vocab)?;
+        // A cut on a grid coarser than the room would keep nothing.
+        let room = config.max_tokens.saturating_sub(tokenizer.leading());
+        if config.truncation_step == 0 || config.truncation_step >= room.max(2) {
+            return Err(RouterError::Request(format!(
+                "truncation step {} must be at least 1 and less than the {room} text tokens router_max_tokens = {} leaves",
+                config.truncation_step, config.max_tokens
+            )));
+        }
         let tokenizer_ms = ms(started);
 
         let tokenizer_id = match assets.tokenizer_json {
@@ -144,12 +163,22 @@ impl Router {
     }
 
     /// Left truncation to `max_tokens`: the leading BOS (when the model
-    /// expects one) stays first, then the text's latest tokens. Fails when
-    /// no text token is left.
+    /// expects one) stays first, then the text's latest tokens, cut where
+    /// a multiple of `truncation_step` text tokens ends. Fails when no text
+    /// token is left.
     fn truncate(&self, ids: &[u32]) -> Result<Vec<u32>> {
         let lead = self.tokenizer.leading().min(ids.len());
         let text = ids.len() - lead;
-        let keep = text.min(self.config.max_tokens.saturating_sub(lead));
+        let room = self.config.max_tokens.saturating_sub(lead);
+        let keep = match text.checked_sub(room) {
+            Some(over) if over > 0 => {
+                // Round the cut up to the step's grid: the start moves only
+                // when the text passes the next multiple.
+                let step = self.config.truncation_step.max(1);
+                text - over.div_ceil(step).saturating_mul(step).min(text)
+            }
+            _ => text,
+        };
         if keep == 0 {
             return Err(RouterError::Request(if text == 0 {
                 "nothing to encode: zero tokens".into()

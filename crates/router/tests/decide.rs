@@ -80,3 +80,50 @@ fn bench_prompts_have_exactly_the_requested_token_count() {
         assert!(p.characters > 0);
     }
 }
+
+#[test]
+fn stepped_truncation_keeps_the_window_start_so_the_prefix_stays_cached() {
+    use router::{CacheBudget, PrefixCache};
+    let base = Conversation::user(format!("START {} END", "word ".repeat(120)));
+    let grown = |k: usize| {
+        let mut c = base.clone();
+        for i in 0..k {
+            c.messages.push(router::Message { role: router::Role::User, content: format!("and case {}", char::from(b'a' + i as u8)) });
+        }
+        c
+    };
+    // Plain left truncation: each new turn moves the window, nothing is reused.
+    let left = router(RouterConfig { max_tokens: 64, ..RouterConfig::default() });
+    let mut cache = PrefixCache::new(CacheBudget::default());
+    left.decide_with_cache(&grown(0), None, &mut cache).unwrap();
+    let d = left.decide_with_cache(&grown(1), None, &mut cache).unwrap();
+    assert_eq!((d.tokens_used, d.prefix.unwrap().reused_tokens), (64, 0));
+    // A 32-token grid: the window is 33–64 tokens and starts where it did
+    // while the text grows within a step, so the next turn is a hit.
+    let stepped = router(RouterConfig { max_tokens: 64, truncation_step: 32, ..RouterConfig::default() });
+    let mut cache = PrefixCache::new(CacheBudget::default());
+    let mut hits = 0;
+    let mut previous = stepped.decide_with_cache(&grown(0), None, &mut cache).unwrap();
+    for k in 1..6 {
+        let d = stepped.decide_with_cache(&grown(k), None, &mut cache).unwrap();
+        assert!(d.truncated && d.tokens_used > 32 && d.tokens_used <= 64, "{} tokens", d.tokens_used);
+        let reuse = d.prefix.unwrap();
+        if reuse.reused_tokens == previous.tokens_used {
+            hits += 1;
+            assert_eq!(d.tokens_used, previous.tokens_used + reuse.prefilled_tokens);
+        }
+        // The cached decide ranks as a full one under the same policy.
+        let full = stepped.decide(&grown(k), None).unwrap();
+        assert_eq!(full.ranked.iter().map(|r| &r.id).collect::<Vec<_>>(), d.ranked.iter().map(|r| &r.id).collect::<Vec<_>>());
+        previous = d;
+    }
+    assert!(hits >= 3, "{hits} of 5 turns reused the previous window");
+    // A grid as coarse as the window would keep nothing: refused at load.
+    let gguf = common::smollm2();
+    let pool = common::pool_yaml();
+    let assets =
+        RouterAssets { gguf: &gguf, gguf_name: "m.gguf", gguf_sha256: None, tokenizer_json: None, pool_yaml: &pool, pool_name: "p.yaml" };
+    let err =
+        Router::load(&assets, RouterConfig { max_tokens: 64, truncation_step: 64, ..RouterConfig::default() }).err().unwrap().to_string();
+    assert!(err.contains("truncation step 64 must be at least 1 and less than the 64 text tokens"), "{err}");
+}
