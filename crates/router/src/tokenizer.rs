@@ -203,9 +203,10 @@ impl RouterTokenizer {
         let mut tokenizer = Tokenizer::new(bpe);
         let replace = Replace::new(" ", SPACE_MARK).map_err(|e| tok_err(source, e.to_string()))?;
         if flag(ck, "tokenizer.ggml.add_space_prefix").unwrap_or(true) {
-            // llama.cpp prefixes a space to the first text fragment only;
-            // every fragment gets one here, which differs after a special
-            // token. Gemma sets the flag off, so it is not met there.
+            // llama.cpp prefixes a space to the first text fragment and to
+            // every fragment after a special token, which is what a
+            // normalizer does per segment between added tokens. No fixture
+            // checks it: Gemma sets the flag off.
             let normalizer = tokenizers::normalizers::Sequence::new(vec![Prepend::new(SPACE_MARK.into()).into(), replace.into()]);
             tokenizer.with_normalizer(Some(normalizer)).map_err(|e| tok_err(source, e.to_string()))?;
         } else {

@@ -84,7 +84,10 @@ fn bench_prompts_have_exactly_the_requested_token_count() {
 #[test]
 fn stepped_truncation_keeps_the_window_start_so_the_prefix_stays_cached() {
     use router::{CacheBudget, PrefixCache};
-    let base = Conversation::user(format!("START {} END", "word ".repeat(120)));
+    // Distinct words: a repeated one would let a shifted window match the
+    // held tokens by coincidence.
+    let words: Vec<String> = (0..60).map(|i| format!("part{i}")).collect();
+    let base = Conversation::user(format!("START {} END", words.join(" ")));
     let grown = |k: usize| {
         let mut c = base.clone();
         for i in 0..k {
