@@ -203,7 +203,7 @@ impl RouterWorker {
             None => io::fetch(&url).await.map_err(|e| {
                 if model.on_request {
                     format!(
-                        "{e}. {} is offered on request, and this site was built without it (scripts/build-site.sh --with-gemma adds it); you can pick the file yourself below ({})",
+                        "{e}. {} is offered on request and this site does not serve it ({}); you can pick the file yourself below",
                         model.name, model.source
                     )
                 } else {
