@@ -3,8 +3,12 @@
 //!
 //! candle's reader trusts the lengths a file declares (a corrupt string length
 //! becomes a huge allocation), so every length and tensor region is checked
-//! against the bytes actually present first. A truncated, corrupt or
-//! unsupported file is then an error naming what is wrong, never a panic.
+//! against the bytes actually present first, and every count that sizes an
+//! allocation against a named budget ([`Budget`]): candle holds each
+//! metadata array element as a 32-byte `Value`, so a file of one-byte
+//! elements could otherwise make it allocate 32 times its own size. A
+//! truncated, corrupt, oversized or unsupported file is then an error naming
+//! what is wrong, never a panic or an exhausted wasm32 memory.
 
 use std::io::Cursor;
 
@@ -36,6 +40,23 @@ fn ggml_block(type_id: u32) -> Option<(&'static str, u64, u64)> {
     })
 }
 
+/// The largest counts a checkpoint may declare, checked before anything is
+/// allocated. Each is far above what real files need and far below what
+/// wasm32's 4 GiB could hold in candle's representation.
+pub struct Budget;
+
+impl Budget {
+    /// Tensors: real decoders have a few hundred to a few thousand.
+    pub const TENSORS: u64 = 1 << 16;
+    /// Metadata entries: real files have tens.
+    pub const METADATA_ENTRIES: u64 = 1 << 16;
+    /// Elements of one metadata array: the largest real vocabularies and
+    /// merge lists hold about 300,000 (Gemma 3: 262,144 tokens).
+    pub const ARRAY_ELEMENTS: u64 = 1 << 19;
+    /// Bytes of one metadata string (chat templates run to tens of KB).
+    pub const STRING_BYTES: u64 = 1 << 24;
+}
+
 struct Walker<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -61,6 +82,9 @@ impl<'a> Walker<'a> {
     }
     fn string(&mut self, what: &str) -> std::result::Result<String, String> {
         let n = self.u64(what)?;
+        if n > Budget::STRING_BYTES {
+            return Err(format!("{what}: a string of {n} bytes is over the budget of {} bytes", Budget::STRING_BYTES));
+        }
         let raw = self.take(n, what)?;
         String::from_utf8(raw.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
     }
@@ -77,6 +101,9 @@ impl<'a> Walker<'a> {
                 }
                 let elem = self.u32(what)?;
                 let n = self.u64(what)?;
+                if n > Budget::ARRAY_ELEMENTS {
+                    return Err(format!("{what}: an array of {n} elements is over the budget of {} elements", Budget::ARRAY_ELEMENTS));
+                }
                 // Each element takes at least one byte: a cheap guard against absurd counts.
                 if n > (self.bytes.len() - self.at) as u64 {
                     return Err(format!("truncated: {what} declares {n} elements"));
@@ -108,6 +135,13 @@ pub fn validate(bytes: &[u8], file: &str) -> Result<()> {
     let n_kv = w.u64("metadata count").map_err(bad)?;
     if n_tensors > bytes.len() as u64 / 8 || n_kv > bytes.len() as u64 / 8 {
         return Err(bad(format!("declares {n_tensors} tensors and {n_kv} metadata entries, more than the file can hold")));
+    }
+    if n_tensors > Budget::TENSORS || n_kv > Budget::METADATA_ENTRIES {
+        return Err(bad(format!(
+            "declares {n_tensors} tensors and {n_kv} metadata entries, over the budget of {} and {}",
+            Budget::TENSORS,
+            Budget::METADATA_ENTRIES
+        )));
     }
     let mut alignment = 32u64;
     for _ in 0..n_kv {

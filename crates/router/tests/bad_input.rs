@@ -40,10 +40,74 @@ fn truncated_or_corrupt_ggufs() {
     // A key length of 2^62: candle alone would try to allocate it.
     let mut huge = good.clone();
     huge[24..32].copy_from_slice(&(1u64 << 62).to_le_bytes());
-    assert!(load(&huge, None, &pool).contains("truncated"), "{}", load(&huge, None, &pool));
+    let e = load(&huge, None, &pool);
+    assert!(e.contains("metadata key: a string of 4611686018427387904 bytes is over the budget"), "{e}");
     let mut counts = good;
     counts[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(load(&counts, None, &pool).contains("more than the file can hold"));
+}
+
+/// A GGUF header with one metadata entry, `key`, of the given type and raw
+/// value bytes, and no tensors.
+fn one_entry(key: &str, type_id: u32, value: &[u8]) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend(0u64.to_le_bytes()); // tensors
+    b.extend(1u64.to_le_bytes()); // metadata entries
+    b.extend((key.len() as u64).to_le_bytes());
+    b.extend(key.as_bytes());
+    b.extend(type_id.to_le_bytes());
+    b.extend(value);
+    b
+}
+
+#[test]
+fn counts_over_the_allocation_budget_fail_before_anything_is_allocated() {
+    use router::gguf::{validate, Budget};
+    // A metadata array of 10^6 one-byte elements, all present (1 MB):
+    // candle would hold it as 32 MB of values; refused by count.
+    let mut array = 0u32.to_le_bytes().to_vec(); // element type u8
+    array.extend(1_000_000u64.to_le_bytes());
+    array.extend(vec![7u8; 1_000_000]);
+    let gguf = one_entry("tokenizer.ggml.token_type", 9, &array);
+    let e = validate(&gguf, "big.gguf").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!("big.gguf: not a valid GGUF checkpoint: tokenizer.ggml.token_type: an array of 1000000 elements is over the budget of {} elements", Budget::ARRAY_ELEMENTS)
+    );
+    // Gemma 3's 262,144-entry vocabulary is within it.
+    let mut vocab = 0u32.to_le_bytes().to_vec();
+    vocab.extend(262_144u64.to_le_bytes());
+    vocab.extend(vec![1u8; 262_144]);
+    validate(&one_entry("tokenizer.ggml.token_type", 9, &vocab), "vocab.gguf").unwrap();
+    // A 1 KB file claiming 10^12 elements in a tensor fails on its region.
+    let mut tiny = b"GGUF".to_vec();
+    tiny.extend(3u32.to_le_bytes());
+    tiny.extend(1u64.to_le_bytes());
+    tiny.extend(0u64.to_le_bytes());
+    tiny.extend(1u64.to_le_bytes());
+    tiny.extend(b"w");
+    tiny.extend(2u32.to_le_bytes());
+    tiny.extend(1_000_000u64.to_le_bytes());
+    tiny.extend(1_000_000u64.to_le_bytes());
+    tiny.extend(0u32.to_le_bytes()); // F32
+    tiny.extend(0u64.to_le_bytes());
+    tiny.resize(1024, 0);
+    let e = validate(&tiny, "tiny.gguf").unwrap_err().to_string();
+    assert!(e.contains("tensor `w` ends past the end of the file (1024 bytes)"), "{e}");
+    // A string longer than its budget, and more tensors than the budget.
+    let mut string = 8u32.to_le_bytes().to_vec(); // array of strings
+    string.extend(1u64.to_le_bytes());
+    string.extend((Budget::STRING_BYTES + 1).to_le_bytes());
+    let e = validate(&one_entry("tokenizer.chat_template", 9, &string), "s.gguf").unwrap_err().to_string();
+    assert!(e.contains(&format!("over the budget of {} bytes", Budget::STRING_BYTES)), "{e}");
+    let mut many = b"GGUF".to_vec();
+    many.extend(3u32.to_le_bytes());
+    many.extend((Budget::TENSORS + 1).to_le_bytes());
+    many.extend(0u64.to_le_bytes());
+    many.resize(1 << 20, 0);
+    let e = validate(&many, "many.gguf").unwrap_err().to_string();
+    assert!(e.contains("over the budget of 65536 and 65536"), "{e}");
 }
 
 #[test]
