@@ -331,15 +331,23 @@ pub fn run(router: &Router, inputs: &PrefixInputs, budget: CacheBudget) -> route
     Ok(session.report(router))
 }
 
+/// Whether two decisions rank the candidates in the same order, and the
+/// largest score difference of one candidate between them.
+#[cfg(feature = "engine")]
+pub(crate) fn compare_rankings(a: &Decision, b: &Decision) -> (bool, f32) {
+    let same = a.ranked.iter().map(|r| &r.id).eq(b.ranked.iter().map(|r| &r.id));
+    let max_difference = a
+        .ranked
+        .iter()
+        .map(|x| b.ranked.iter().find(|y| y.id == x.id).map_or(f32::INFINITY, |y| (x.score - y.score).abs()))
+        .fold(0.0, f32::max);
+    (same, max_difference)
+}
+
 #[cfg(feature = "engine")]
 fn step_record(phase: &str, label: &str, full: &Decision, cached: &Decision, budget_tokens: usize) -> PrefixStep {
     let reuse = cached.prefix.unwrap_or_default();
-    let ids = |d: &Decision| d.ranked.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
-    let max_score_difference = cached
-        .ranked
-        .iter()
-        .map(|c| full.ranked.iter().find(|f| f.id == c.id).map_or(f32::INFINITY, |f| (f.score - c.score).abs()))
-        .fold(0.0, f32::max);
+    let (same_ranking, max_score_difference) = compare_rankings(full, cached);
     PrefixStep {
         phase: phase.into(),
         label: label.into(),
@@ -357,7 +365,7 @@ fn step_record(phase: &str, label: &str, full: &Decision, cached: &Decision, bud
         cache_bytes: reuse.cache_bytes,
         evictions_total: reuse.evictions_total,
         budget_tokens,
-        same_ranking: ids(full) == ids(cached),
+        same_ranking,
         max_score_difference,
     }
 }

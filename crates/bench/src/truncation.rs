@@ -158,19 +158,14 @@ fn run_with(router: &mut Router, inputs: &PrefixInputs, texts: &[String], step: 
         let l = router.decide(c, None)?;
         router.config.truncation_step = step;
         let s = router.decide(c, None)?;
-        let ids = |d: &Decision| d.ranked.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
-        let max_score_difference = l
-            .ranked
-            .iter()
-            .map(|a| s.ranked.iter().find(|b| b.id == a.id).map_or(f32::INFINITY, |b| (a.score - b.score).abs()))
-            .fold(0.0, f32::max);
+        let (same_ranking, max_score_difference) = crate::prefix::compare_rankings(&l, &s);
         decisions.push(DecisionComparison {
             tokens_total: l.tokens_total,
             left_tokens: l.tokens_used,
             stepped_tokens: s.tokens_used,
             left_top: l.ranked.first().map(|r| r.id.clone()).unwrap_or_default(),
             stepped_top: s.ranked.first().map(|r| r.id.clone()).unwrap_or_default(),
-            same_ranking: ids(&l) == ids(&s),
+            same_ranking,
             max_score_difference,
         });
     }
