@@ -26,6 +26,12 @@ done
 if [ "$WITH_GEMMA" = 1 ]; then scripts/fetch-assets.sh --gemma; fi
 trunk build --release
 trunk build router/index.html --release --dist pkg/router
+# Trunk does not hash the names of the router page's two UI bundles (it
+# builds them as "workers" so that router/boot.js picks one); a digest of
+# both in boot.js's URLs keeps a browser's cache from pairing one build's
+# glue with another's wasm.
+build_id=$(cat pkg/router/router-page_bg.wasm pkg/router/router-widget_bg.wasm pkg/router/router-page.js pkg/router/router-widget.js | sha256sum | cut -c1-16)
+sed -i "s/__BUILD__/$build_id/g" pkg/router/boot.js pkg/router/index.html
 # The router worker's threads variant, beside the single-thread one.
 scripts/build-threads-worker.sh
 if [ "$WITH_GEMMA" = 1 ]; then

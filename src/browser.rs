@@ -95,3 +95,49 @@ pub fn go_to(relative: &str) {
         let _ = w.location().replace(relative);
     }
 }
+
+/// What a widget posts to the page that embeds it, each time its content
+/// height changes: `{ type: "workbench:height", widget, height }`, `height`
+/// in CSS pixels (whole, rounded up). The README gives the listener.
+pub const HEIGHT_MESSAGE_TYPE: &str = "workbench:height";
+
+/// Tells the embedding page this document's content height whenever it
+/// changes (a `ResizeObserver` on `<html>`), so an iframe can size itself
+/// without scrollbars. Does nothing outside a frame. The message is posted
+/// to any origin (`*`): the field guide's host is not known in advance, and
+/// a height says nothing private.
+pub fn announce_height(widget: &'static str) {
+    let Some(window) = web_sys::window() else { return };
+    let Ok(Some(parent)) = window.parent() else { return };
+    if js_sys::Object::is(&parent, &window) {
+        return;
+    }
+    let Some(root) = window.document().and_then(|d| d.document_element()) else { return };
+    let measured = root.clone();
+    let last = std::cell::Cell::new(0.0f64);
+    let post = wasm_bindgen::closure::Closure::<dyn Fn()>::new(move || {
+        let height = measured.get_bounding_client_rect().height().ceil();
+        if height == last.get() {
+            return;
+        }
+        last.set(height);
+        let message = js_sys::Object::new();
+        for (key, value) in
+            [("type", JsValue::from_str(HEIGHT_MESSAGE_TYPE)), ("widget", JsValue::from_str(widget)), ("height", JsValue::from_f64(height))]
+        {
+            let _ = js_sys::Reflect::set(&message, &key.into(), &value);
+        }
+        // A host that navigated away or a sandbox without scripts only
+        // loses the size hint; the widget keeps working.
+        let _ = parent.post_message(&message, "*");
+    });
+    match web_sys::ResizeObserver::new(post.as_ref().unchecked_ref()) {
+        Ok(observer) => observer.observe(&root),
+        // Without ResizeObserver (very old browsers) the host still gets the first height.
+        Err(_) => {
+            let _ = post.as_ref().unchecked_ref::<js_sys::Function>().call0(&JsValue::NULL);
+        }
+    }
+    // The observer calls it for the page's lifetime.
+    post.forget();
+}

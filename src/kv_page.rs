@@ -21,6 +21,9 @@ type Errors = Memo<Vec<FieldError>>;
 pub fn KvPage() -> impl IntoView {
     let (initial, query_warnings) = Form::from_query(&browser::current_query());
     let embed = initial.is_embed();
+    if embed {
+        browser::announce_height("kv");
+    }
     let form = RwSignal::new(initial);
     let evaluation = Memo::new(move |_| form.with(kv::evaluate));
     let errors: Errors = Memo::new(move |_| match evaluation.get() {

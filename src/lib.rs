@@ -5,11 +5,15 @@
 //! prints what [`kv::evaluate`] returns. The router page
 //! (`router/index.html`, bin `router-page`) mounts [`RouterPage`]: it binds a
 //! [`bench::page::RouterForm`] to the URL fragment and talks to the router
-//! worker (`crates/router-worker`), the only place the model runs. This crate
-//! links no candle, and the calculator's bundle holds no router page code.
+//! worker (`crates/router-worker`), the only place the model runs. The
+//! router page's address with `?embed=latency` loads a third bundle (bin
+//! `router-widget`), [`LatencyWidget`]: the field guide's latency table and a
+//! button that runs the protocol in that worker. This crate links no candle,
+//! and the calculator's bundle holds no router page code.
 
 pub mod browser;
 pub mod kv_page;
+pub mod latency_widget;
 pub mod report_view;
 pub mod router_page;
 pub mod worker_client;
@@ -17,6 +21,7 @@ pub mod worker_client;
 use leptos::prelude::*;
 
 pub use kv_page::KvPage;
+pub use latency_widget::LatencyWidget;
 pub use router_page::RouterPage;
 
 /// The calculator. `?embed=kv` renders the compact widget; an old-style

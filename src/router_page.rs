@@ -346,7 +346,13 @@ impl Ctx {
         self.run_estimate_ms.set(self.estimate().map(|e| e.total_ms));
         let mode = Some(form.mode).filter(|m| !m.is_empty());
         self.alert.set(None);
-        let message = ToWorker::Bench { lengths: protocol.lengths, warmup: protocol.warmup, iterations: protocol.iterations, mode };
+        let message = ToWorker::Bench {
+            lengths: protocol.lengths,
+            warmup: protocol.warmup,
+            iterations: protocol.iterations,
+            encode_iterations: Some(protocol.encode_iterations),
+            mode,
+        };
         if self.send(&message, None) {
             self.job.set(Some(Job::Bench));
             self.bench_progress.set(None);
@@ -534,7 +540,7 @@ fn ModelCard(ctx: Ctx) -> impl IntoView {
                 </label>
             </div>
             <p>"Status: " <strong data-testid="model-status">{move || ctx.status.get().text()}</strong></p>
-            <p class="hint" data-testid="worker-build">{worker_build_line}</p>
+            <p class="hint" data-testid="worker-build">{WorkerBuild::detect().sentence()}</p>
             {progress}
             {move || ctx.model.get().map(|m| view! { <ModelFacts model=m/> })}
             {move || ctx.storage.get().map(|s| {
@@ -551,15 +557,6 @@ fn ModelCard(ctx: Ctx) -> impl IntoView {
                 }
             })}
         </section>
-    }
-}
-
-/// Which worker build runs, in a sentence (the threads count once the helpers
-/// have attached is in every report's environment).
-fn worker_build_line() -> String {
-    match WorkerBuild::detect() {
-        WorkerBuild::Threads => "Worker: the threads build (helper threads on shared memory, relaxed-SIMD fused multiply–add).".into(),
-        WorkerBuild::SingleThread(why) => format!("Worker: the single-thread SIMD128 build, because {why}."),
     }
 }
 

@@ -46,6 +46,15 @@ impl WorkerBuild {
         WorkerBuild::Threads
     }
 
+    /// Which build runs, in a sentence (the threads count once the helpers
+    /// have attached is in every report's environment).
+    pub fn sentence(self) -> String {
+        match self {
+            WorkerBuild::Threads => "Worker: the threads build (helper threads on shared memory, relaxed-SIMD fused multiply–add).".into(),
+            WorkerBuild::SingleThread(why) => format!("Worker: the single-thread SIMD128 build, because {why}."),
+        }
+    }
+
     fn script(self) -> &'static str {
         match self {
             WorkerBuild::Threads => THREADS_WORKER_SCRIPT,

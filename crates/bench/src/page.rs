@@ -61,10 +61,23 @@ pub fn is_router_fragment(fragment: &str) -> bool {
 }
 
 impl RouterForm {
+    /// The latency widget's protocol (`router/?embed=latency`): the page's
+    /// three lengths with 2 warm-ups and 5 timed calls each, so a reader who
+    /// presses *Run* waits seconds, not minutes.
+    pub fn widget_default() -> RouterForm {
+        RouterForm { iterations: "5".into(), warmup: "2".into(), ..RouterForm::default() }
+    }
+
     /// Reads a fragment (with or without `#`). Unknown keys are reported, and
     /// everything else is kept.
     pub fn from_fragment(fragment: &str) -> (RouterForm, Vec<String>) {
-        let mut form = RouterForm::default();
+        RouterForm::from_fragment_over(RouterForm::default(), fragment)
+    }
+
+    /// [`RouterForm::from_fragment`] with other defaults for the fields the
+    /// fragment leaves out (the widget's, see [`RouterForm::widget_default`]).
+    pub fn from_fragment_over(defaults: RouterForm, fragment: &str) -> (RouterForm, Vec<String>) {
+        let mut form = defaults;
         let mut unknown = Vec::new();
         let f = fragment.trim_start_matches('#');
         for pair in f.split('&').skip(1).filter(|p| !p.is_empty()) {
@@ -86,7 +99,12 @@ impl RouterForm {
 
     /// The fragment (without `#`); fields at their defaults are left out.
     pub fn to_fragment(&self) -> String {
-        let default = RouterForm::default();
+        self.to_fragment_against(&RouterForm::default())
+    }
+
+    /// The fragment, leaving out the fields equal to `default` (the widget
+    /// writes its own links against its own defaults).
+    pub fn to_fragment_against(&self, default: &RouterForm) -> String {
         let mut out = String::from(PAGE);
         if let Some(result) = &self.result {
             out.push_str("&result=");
@@ -206,6 +224,13 @@ mod tests {
             };
             assert_eq!(RouterForm::from_fragment(&form.to_fragment()).0, form);
         }
+        let widget = RouterForm::widget_default();
+        for form in [RouterForm { lengths: "15,64".into(), ..widget.clone() }, RouterForm { iterations: "25".into(), ..widget.clone() }] {
+            let fragment = form.to_fragment_against(&widget);
+            assert_eq!(RouterForm::from_fragment_over(widget.clone(), &fragment).0, form, "{fragment}");
+        }
+        assert_eq!(widget.to_fragment_against(&widget), "router");
+        assert_eq!(widget.to_fragment(), "router&iters=5&warmup=2", "the full page's link states the widget's protocol");
         let shared = RouterForm { result: Some("r1.abc-_".into()), ..RouterForm::default() };
         assert_eq!(shared.to_fragment(), "router&result=r1.abc-_");
         assert_eq!(RouterForm::from_fragment(&shared.to_fragment()).0, shared);

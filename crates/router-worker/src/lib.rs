@@ -147,8 +147,9 @@ impl RouterWorker {
                 None => Err(format!("{name}: no file came with the message")),
             },
             ToWorker::Decide { conversation, mode } => self.decide(&conversation, mode.as_deref()),
-            ToWorker::Bench { lengths, warmup, iterations, mode } => {
-                self.bench(Protocol { lengths, warmup, iterations, encode_iterations: iterations }, mode).await
+            ToWorker::Bench { lengths, warmup, iterations, encode_iterations, mode } => {
+                let encode_iterations = encode_iterations.unwrap_or(iterations);
+                self.bench(Protocol { lengths, warmup, iterations, encode_iterations }, mode).await
             }
             ToWorker::PrefixProtocol { long_tokens, iterations } => self.prefix_protocol(long_tokens, iterations).await,
             ToWorker::GemmProbe { m, k, n, repeats } => match router::model::gemm_probe(m, k, n, repeats) {
@@ -245,7 +246,11 @@ impl RouterWorker {
         drop(chunks);
         let info = ModelInfoParts { source, read_ms, verify_ms, sha256, sha256_checked: true };
         self.load_router(Rc::new(bytes), &model.file, info)?;
-        post(&FromWorker::Storage { storage: storage_info().await });
+        // The storage figures follow on their own: awaited here, they would
+        // keep the worker busy after `Loaded`, and a page that starts a
+        // bench the moment it hears `Loaded` (the latency widget) would be
+        // told the worker is still loading.
+        wasm_bindgen_futures::spawn_local(async { post(&FromWorker::Storage { storage: storage_info().await }) });
         Ok(())
     }
 

@@ -71,10 +71,17 @@ pub enum ToWorker {
         conversation: Conversation,
         mode: Option<String>,
     },
+    /// Run the cold/warm latency protocol. `encode_iterations` is how many
+    /// timed `encode_and_score` calls follow the decides at each length:
+    /// absent, as many as `iterations` (the page and bench-decide); the
+    /// latency widget sends 0, since it shows decide only and a reader waits
+    /// for every call.
     Bench {
         lengths: Vec<usize>,
         warmup: usize,
         iterations: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encode_iterations: Option<usize>,
         mode: Option<String>,
     },
     /// Run the field guide's prefix-reuse protocol (note 04) with a long
@@ -278,8 +285,11 @@ mod tests {
 
     #[test]
     fn messages_round_trip() {
-        let to = ToWorker::Bench { lengths: vec![15, 256], warmup: 1, iterations: 2, mode: Some("economy".into()) };
+        let to =
+            ToWorker::Bench { lengths: vec![15, 256], warmup: 1, iterations: 2, encode_iterations: None, mode: Some("economy".into()) };
         assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
+        let widget = ToWorker::Bench { lengths: vec![15], warmup: 0, iterations: 1, encode_iterations: Some(0), mode: None };
+        assert_eq!(ToWorker::from_json(&widget.to_json()).unwrap(), widget);
         let from = FromWorker::Failed { during: Activity::Load, message: "x.gguf: not a valid GGUF checkpoint".into() };
         assert_eq!(FromWorker::from_json(&from.to_json()).unwrap(), from);
         assert!(ToWorker::from_json("{\"type\":\"launch\"}").unwrap_err().starts_with("unreadable message to the worker"));

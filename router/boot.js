@@ -1,0 +1,10 @@
+// Starts the router page or, with ?embed=latency, the latency widget: two
+// bundles behind one address, so the widget's first load is the widget alone
+// (the page's bundle is never fetched for it, not even preloaded). A file, not
+// an inline script, so a Content-Security-Policy can forbid inline scripts.
+// build-site.sh writes a digest of both bundles into `build` below, so a browser
+// never pairs one build's glue with another build's wasm from its cache.
+const build = '__BUILD__';
+const bundle = new URLSearchParams(location.search).get('embed') === 'latency' ? 'router-widget' : 'router-page';
+const glue = await import(`./${bundle}.js?v=${build}`);
+await glue.default({ module_or_path: `./${bundle}_bg.wasm?v=${build}` });

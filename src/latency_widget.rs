@@ -1,0 +1,434 @@
+//! The latency widget (`router/?embed=latency`): the field guide's published
+//! routing-latency table beside an empty "this browser" column, and one
+//! button that fills it.
+//!
+//! It is its own bundle (bin `router-widget`) so the guide's first load stays
+//! small: this module, the report's types and the share codec, and nothing
+//! that runs the model. The worker (and with it the checkpoint) is fetched
+//! only when the reader presses *Run in this browser*; a shared report in the
+//! fragment is rendered read-only and starts nothing.
+
+use bench::estimate::format_duration;
+use bench::guide::{widget_rows, PUBLISHED_CONDITIONS};
+use bench::page::RouterForm;
+use bench::report::{format_ms, Report};
+use bench::Protocol;
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use wire::{FromWorker, ModelInfo, Source, ToWorker};
+
+use crate::browser;
+use crate::report_view::measured_where;
+use crate::worker_client::{WorkerBuild, WorkerClient};
+
+/// The site's model manifest, compiled in: the widget names the checkpoint
+/// and its size before anything is fetched (the worker fetches the same file
+/// and checks the bytes against it).
+const MANIFEST_JSON: &str = include_str!("../www/models/manifest.json");
+
+/// `SmolLM2-135M-Instruct Q4_1, 98.02 MiB`, or why the manifest cannot say.
+fn bundled_checkpoint() -> String {
+    match serde_json::from_str::<wire::Manifest>(MANIFEST_JSON).ok().as_ref().and_then(wire::Manifest::bundled) {
+        Some(m) => format!("{}, {}", m.name, kv::units::binary(m.bytes as u128)),
+        None => "the bundled checkpoint".into(),
+    }
+}
+
+/// What the widget is doing: one value, so the button, the progress bar and
+/// the status line can never disagree.
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    /// Nothing started.
+    Idle,
+    /// The worker script is loading.
+    Starting,
+    /// The worker is fetching (or reading from the cache), verifying and
+    /// loading the checkpoint.
+    Loading { stage: String, done: u64, total: Option<u64> },
+    /// The protocol runs: `done` of `overall` calls.
+    Running { done: usize, overall: usize, prompt_tokens: usize },
+    /// The column holds a result (measured here, or shared).
+    Shown,
+    /// What went wrong, in a sentence; the button runs again.
+    Failed(String),
+}
+
+impl Phase {
+    fn busy(&self) -> bool {
+        matches!(self, Phase::Starting | Phase::Loading { .. } | Phase::Running { .. })
+    }
+}
+
+/// Where the shown report came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Measured in this browser just now.
+    Live,
+    /// Decoded from the link's fragment: someone else's measurement.
+    Shared,
+}
+
+#[derive(Clone, Copy)]
+struct Widget {
+    /// The protocol settings as the link gave them (raw text, the router
+    /// page's fragment codec, the widget's defaults where the link is silent).
+    form: StoredValue<RouterForm>,
+    phase: RwSignal<Phase>,
+    report: RwSignal<Option<(Report, Origin)>>,
+    model: RwSignal<Option<ModelInfo>>,
+    share_link: RwSignal<Option<String>>,
+    client: StoredValue<Option<WorkerClient>, LocalStorage>,
+}
+
+impl Widget {
+    fn protocol(self) -> Result<Protocol, String> {
+        self.form.with_value(RouterForm::protocol).map_err(|problems| {
+            let named: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.field, p.message)).collect();
+            format!("The link asks for a protocol this widget cannot run ({}).", named.join("; "))
+        })
+    }
+
+    fn run(self) {
+        self.share_link.set(None);
+        if self.client.with_value(Option::is_none) {
+            self.phase.set(Phase::Starting);
+            self.spawn();
+        } else if self.model.get_untracked().is_none() {
+            self.load();
+        } else {
+            self.bench();
+        }
+    }
+
+    fn spawn(self) {
+        let on_message = move |message: Result<FromWorker, String>| match message {
+            Ok(message) => self.on_message(message),
+            Err(e) => self.fail(e),
+        };
+        let on_error = move |message: String| {
+            self.client.set_value(None);
+            self.model.set(None);
+            self.fail(format!("The router worker stopped ({message}). Press Run to start it again."));
+        };
+        match WorkerClient::spawn(on_message, on_error) {
+            Ok(client) => self.client.set_value(Some(client)),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn fail(self, message: String) {
+        self.phase.set(Phase::Failed(message));
+    }
+
+    fn send(self, message: &ToWorker) -> bool {
+        match self.client.with_value(|c| c.as_ref().map(|c| c.send(message, None))) {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                self.fail(e);
+                false
+            }
+            None => {
+                self.fail("The router worker is not running; press Run to start it.".into());
+                false
+            }
+        }
+    }
+
+    fn load(self) {
+        if self.send(&ToWorker::LoadBundled { on_request: None }) {
+            self.phase.set(Phase::Loading { stage: "starting".into(), done: 0, total: None });
+        }
+    }
+
+    /// The protocol, decide only: the widget shows no encode+scores column,
+    /// so it asks for none of those calls.
+    fn bench(self) {
+        let protocol = match self.protocol() {
+            Ok(p) => p,
+            Err(e) => return self.fail(e),
+        };
+        let message = ToWorker::Bench {
+            lengths: protocol.lengths,
+            warmup: protocol.warmup,
+            iterations: protocol.iterations,
+            encode_iterations: Some(0),
+            mode: None,
+        };
+        if self.send(&message) {
+            self.phase.set(Phase::Running { done: 0, overall: 0, prompt_tokens: 0 });
+        }
+    }
+
+    fn on_message(self, message: FromWorker) {
+        match message {
+            FromWorker::Started { .. } => self.load(),
+            FromWorker::LoadProgress { stage, done, total } => {
+                // The bench reloads the router before its cold calls; that is
+                // part of the run, not a new load.
+                if !matches!(self.phase.get_untracked(), Phase::Running { .. }) {
+                    self.phase.set(Phase::Loading { stage, done, total });
+                }
+            }
+            FromWorker::Loaded { model } => {
+                self.model.set(Some(*model));
+                if matches!(self.phase.get_untracked(), Phase::Starting | Phase::Loading { .. }) {
+                    self.bench();
+                }
+            }
+            FromWorker::BenchStarted { overall, .. } => self.phase.set(Phase::Running { done: 0, overall, prompt_tokens: 0 }),
+            FromWorker::BenchStep { prompt_tokens, overall_done, overall, .. } => {
+                self.phase.set(Phase::Running { done: overall_done, overall, prompt_tokens })
+            }
+            FromWorker::BenchDone { report, .. } => {
+                self.report.set(Some((*report, Origin::Live)));
+                self.phase.set(Phase::Shown);
+            }
+            FromWorker::Failed { message, .. } => self.fail(message),
+            FromWorker::Panicked { message } => {
+                self.client.set_value(None);
+                self.model.set(None);
+                self.fail(format!("The router worker crashed ({message}). Press Run to start it again."));
+            }
+            FromWorker::Storage { .. }
+            | FromWorker::Decided { .. }
+            | FromWorker::GemmProbed { .. }
+            | FromWorker::PrefixStep { .. }
+            | FromWorker::PrefixDone { .. } => {}
+        }
+    }
+
+    /// The widget's address with this report in the fragment: it opens this
+    /// same widget, read-only.
+    fn share(self) {
+        let Some((report, _)) = self.report.get_untracked() else { return };
+        let fragment = RouterForm { result: Some(bench::share::encode(&report)), ..RouterForm::widget_default() }
+            .to_fragment_against(&RouterForm::widget_default());
+        let link = browser::link_with_fragment(&fragment);
+        self.share_link.set(Some(link.clone()));
+        spawn_local(async move {
+            let _ = browser::copy_text(&link).await;
+        });
+    }
+
+    /// The full router page: with the shown report when it came from a link,
+    /// otherwise with this widget's protocol (the page's own form, so its
+    /// inputs show the same lengths, warm-ups and iterations).
+    fn full_bench_link(self) -> String {
+        let form = match self.report.get() {
+            Some((report, Origin::Shared)) => RouterForm { result: Some(bench::share::encode(&report)), ..RouterForm::default() },
+            _ => self.form.get_value(),
+        };
+        format!("./#{}", form.to_fragment())
+    }
+}
+
+/// The widget. Reads its settings from the fragment (`#router&lengths=…`,
+/// or a shared `result=r1.…`) and tells an embedding page its height.
+#[component]
+pub fn LatencyWidget() -> impl IntoView {
+    browser::announce_height("latency");
+    let (mut form, warnings) = RouterForm::from_fragment_over(RouterForm::widget_default(), &browser::current_fragment());
+    let shared = form.result.take().map(|payload| bench::share::decode(&payload));
+    let widget = Widget {
+        form: StoredValue::new(form),
+        phase: RwSignal::new(Phase::Idle),
+        report: RwSignal::new(None),
+        model: RwSignal::new(None),
+        share_link: RwSignal::new(None),
+        client: StoredValue::new_local(None),
+    };
+    let link_problem = match shared {
+        Some(Ok(report)) => {
+            widget.report.set(Some((report, Origin::Shared)));
+            widget.phase.set(Phase::Shown);
+            None
+        }
+        Some(Err(e)) => Some(format!("The shared result in this link cannot be shown: {e}.")),
+        None => None,
+    };
+    let protocol_problem = widget.protocol().err();
+    let lengths = widget.protocol().map(|p| p.lengths).unwrap_or_default();
+    let build = WorkerBuild::detect();
+    let warnings = (!warnings.is_empty()).then(|| view! { <p class="warning" data-testid="widget-warnings">{warnings.join(" · ")}</p> });
+
+    let rows = move || widget.report.with(|r| widget_rows(&lengths, r.as_ref().map(|(report, _)| report)));
+    let column_label = move || match widget.report.get() {
+        Some((_, Origin::Shared)) => "shared measurement",
+        _ => "this browser",
+    };
+    let can_run = protocol_problem.is_none();
+    view! {
+        <main class="latency-widget" data-testid="latency-widget">
+            <h1>"Router decide latency: the field guide's table, and this browser"</h1>
+            {warnings}
+            {link_problem.map(|p| view! { <p class="problem" role="alert" data-testid="widget-link-problem">{p}</p> })}
+            <div class="table-wrap">
+                <table class="latency-table" data-testid="latency-table">
+                    <caption>
+                        "Routing decision latency by prompt length. Published: measured natively on Qwen3-0.6B (see conditions below), not here. "
+                        {move || format!("Right-hand columns: {}.", column_label())}
+                    </caption>
+                    <thead>
+                        <tr>
+                            <th scope="col" rowspan="2">"prompt tokens"</th>
+                            <th scope="colgroup" colspan="5">"published (native, Qwen3-0.6B)"</th>
+                            <th scope="colgroup" colspan="3" data-testid="measured-heading">{column_label}</th>
+                        </tr>
+                        <tr>
+                            <th scope="col">"characters"</th>
+                            <th scope="col">"p50 (warm)"</th>
+                            <th scope="col">"p95 (warm)"</th>
+                            <th scope="col">"min–max (warm)"</th>
+                            <th scope="col">"first call (cold)"</th>
+                            <th scope="col" class="here">"p50 (warm)"</th>
+                            <th scope="col" class="here">"p95 (warm)"</th>
+                            <th scope="col" class="here">"first call (cold)"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        {move || rows().into_iter().map(|row| {
+                            let published = row.published.map(|p| {
+                                [
+                                    kv::units::group_digits(p.characters as u128),
+                                    format_ms(p.p50_ms),
+                                    format_ms(p.p95_ms),
+                                    format!("{} – {}", format_ms(p.min_ms), format_ms(p.max_ms)),
+                                    format_ms(p.cold_ms),
+                                ]
+                            }).unwrap_or_else(|| ["–".into(), "–".into(), "–".into(), "–".into(), "–".into()]);
+                            let measured = row.measured.map(|m| [m.p50, m.p95, m.cold]).unwrap_or_else(|| ["".into(), "".into(), "".into()]);
+                            view! {
+                                <tr data-testid="latency-row" data-tokens=row.prompt_tokens>
+                                    <th scope="row" class="num">{kv::units::group_digits(row.prompt_tokens as u128)}</th>
+                                    {published.into_iter().map(|c| view! { <td class="num">{c}</td> }).collect_view()}
+                                    {measured.into_iter().zip(["here-p50", "here-p95", "here-cold"]).map(|(c, id)| view! {
+                                        <td class="num here" data-testid=id>{c}</td>
+                                    }).collect_view()}
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+            <p class="conditions" data-testid="published-conditions">
+                "Published: " {PUBLISHED_CONDITIONS}
+                " Measured natively by the field guide's authors on Qwen3-0.6B; this widget runs SmolLM2-135M (Q4_1) in your browser, so the columns share a protocol, not a model or a machine."
+            </p>
+            <MeasuredLine widget=widget/>
+            <div class="widget-actions">
+                <button type="button" data-testid="widget-run" on:click=move |_| widget.run()
+                    disabled=move || !can_run || widget.phase.with(Phase::busy)>
+                    {move || match widget.report.get() {
+                        Some((_, Origin::Live)) => "Run again",
+                        _ => "Run in this browser",
+                    }}
+                </button>
+                {move || widget.report.get().map(|(_, origin)| view! {
+                    <a href=move || widget.full_bench_link() target="_blank" rel="noopener" data-testid="widget-full">"Open the full bench"</a>
+                    {(origin == Origin::Live).then(|| view! {
+                        <button type="button" class="link" data-testid="widget-share" on:click=move |_| widget.share()>"Copy a share link"</button>
+                    })}
+                })}
+            </div>
+            <Progress widget=widget/>
+            {move || widget.share_link.get().map(|link| view! {
+                <label class="field">"Share link (opens this result read-only; copied)"
+                    <input type="text" readonly data-testid="widget-share-link" prop:value=link/>
+                </label>
+            })}
+            <p class="note" data-testid="widget-protocol">
+                {match &protocol_problem {
+                    Some(p) => p.clone(),
+                    None => {
+                        let f = widget.form.get_value();
+                        format!(
+                            "Run: downloads the bundled checkpoint ({}) once, then your browser's cache keeps it, and times decide at {} tokens: the first call (cold), {} warm-ups, then {} timed calls each. {}",
+                            bundled_checkpoint(), f.lengths, f.warmup, f.iterations, build.sentence()
+                        )
+                    }
+                }}
+            </p>
+        </main>
+    }
+}
+
+/// Under the table: what the right-hand column is and where it was measured.
+#[component]
+fn MeasuredLine(widget: Widget) -> impl IntoView {
+    move || {
+        let text = match widget.report.get() {
+            Some((report, Origin::Shared)) => format!(
+                "Shared measurement (read-only; opening it downloaded no model and ran nothing). {} {} warm-ups, {} timed calls.",
+                measured_where(&report),
+                report.protocol.warmup,
+                report.protocol.iterations
+            ),
+            Some((report, Origin::Live)) => {
+                let source = widget.model.get().map(|m| match m.source {
+                    Source::Cached => " The checkpoint came from this browser's cache.",
+                    Source::Downloaded => " The checkpoint was downloaded now and cached for the next visit.",
+                    Source::UserFile => "",
+                });
+                format!(
+                    "This browser: {} {} warm-ups, {} timed calls per length. Model: {} ({}).{}",
+                    measured_where(&report),
+                    report.protocol.warmup,
+                    report.protocol.iterations,
+                    report.provenance.backbone,
+                    report.provenance.precision,
+                    source.unwrap_or_default()
+                )
+            }
+            None => "This browser: not measured yet.".into(),
+        };
+        view! { <p class="conditions" data-testid="measured-line">{text}</p> }
+    }
+}
+
+/// The progress bar and the status line (announced to screen readers).
+#[component]
+fn Progress(widget: Widget) -> impl IntoView {
+    let status = move || match widget.phase.get() {
+        Phase::Idle => String::new(),
+        Phase::Starting => "Starting the router worker…".into(),
+        Phase::Loading { stage, done, total } => match total {
+            Some(t) if t > 0 => {
+                format!("Loading the bundled checkpoint: {stage}, {} of {}.", kv::units::binary(done as u128), kv::units::binary(t as u128))
+            }
+            _ => format!("Loading the bundled checkpoint: {stage}."),
+        },
+        Phase::Running { done, overall, prompt_tokens } => {
+            if prompt_tokens == 0 {
+                "Measuring: preparing the prompts…".into()
+            } else {
+                format!("Measuring: call {done} of {overall} ({prompt_tokens} tokens).")
+            }
+        }
+        Phase::Shown => match widget.report.get() {
+            Some((report, Origin::Live)) => {
+                let total: f64 =
+                    report.results.iter().map(|r| r.cold_ms + r.warmup_ms.iter().sum::<f64>() + r.warm_ms.iter().sum::<f64>()).sum();
+                let calls = report.results.iter().map(|r| 1 + r.warmup_ms.len() + r.warm_ms.len()).sum::<usize>();
+                format!("Done: {calls} calls in {}.", format_duration(total))
+            }
+            _ => String::new(),
+        },
+        Phase::Failed(message) => message,
+    };
+    let bar = move || {
+        let (value, max) = match widget.phase.get() {
+            Phase::Loading { done, total: Some(t), .. } if t > 0 => (done as f64, t as f64),
+            Phase::Running { done, overall, .. } if overall > 0 => (done as f64, overall as f64),
+            Phase::Starting | Phase::Loading { .. } | Phase::Running { .. } => (0.0, 1.0),
+            _ => return None,
+        };
+        Some(view! { <progress data-testid="widget-progress" aria-label="Progress of the run" max=max value=value></progress> })
+    };
+    let failed = move || matches!(widget.phase.get(), Phase::Failed(_));
+    view! {
+        <div class="progress-line">
+            {bar}
+            <span role="status" aria-live="polite" data-testid="widget-status" class:problem=failed>{status}</span>
+        </div>
+    }
+}
