@@ -25,13 +25,19 @@ done
 [ -f assets/SmolLM2-135M-Instruct.Q4_1.gguf ] || scripts/fetch-assets.sh
 if [ "$WITH_GEMMA" = 1 ]; then scripts/fetch-assets.sh --gemma; fi
 trunk build --release
+# Trunk does not hash the names of bundles it builds as "workers" (each page's
+# boot.js starts its bundle, so that no inline script is needed); a digest of
+# the bundles in boot.js's URLs keeps a browser's cache from pairing one
+# build's glue with another's wasm.
+bust() {
+  local dir=$1; shift
+  local id
+  id=$(cd "$dir" && cat "$@" | sha256sum | cut -c1-16)
+  sed -i "s/__BUILD__/$id/g" "$dir/boot.js" "$dir/index.html"
+}
+bust pkg workbench_bg.wasm workbench.js
 trunk build router/index.html --release --dist pkg/router
-# Trunk does not hash the names of the router page's two UI bundles (it
-# builds them as "workers" so that router/boot.js picks one); a digest of
-# both in boot.js's URLs keeps a browser's cache from pairing one build's
-# glue with another's wasm.
-build_id=$(cat pkg/router/router-page_bg.wasm pkg/router/router-widget_bg.wasm pkg/router/router-page.js pkg/router/router-widget.js | sha256sum | cut -c1-16)
-sed -i "s/__BUILD__/$build_id/g" pkg/router/boot.js pkg/router/index.html
+bust pkg/router router-page_bg.wasm router-widget_bg.wasm router-page.js router-widget.js
 # The router worker's threads variant, beside the single-thread one.
 scripts/build-threads-worker.sh
 if [ "$WITH_GEMMA" = 1 ]; then

@@ -22,5 +22,7 @@ RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128,+re
   --target-dir target/threads -p router-worker --bin router_worker
 rm -rf "$out" && mkdir -p "$out"
 wasm-bindgen --target no-modules --no-typescript --out-dir "$out" target/threads/wasm32-unknown-unknown/release/router_worker.wasm
-# The same loader shim Trunk writes for the single-thread worker.
+# The same loader shim Trunk writes for the single-thread worker, and the
+# helper threads' script.
 printf 'importScripts("./router_worker.js");wasm_bindgen("./router_worker_bg.wasm");' > "$out/router_worker_loader.js"
+cp crates/router-worker/js/router_helper.js "$out/"

@@ -5,12 +5,12 @@
 // themselves with the documented postMessage, driven by the keyboard, in
 // light and dark.
 
-import { test, before, after } from 'node:test';
+import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { writeFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, outDir } from './harness.js';
+import { serve, launch, newPage, screenshot, outDir, assertNoCspViolations } from './harness.js';
 
 const FIRST_LOAD_LIMIT = 250 * 1024;
 const RUN_TIMEOUT = 600_000;
@@ -20,6 +20,8 @@ before(async () => {
   server = await serve();
   browser = await launch();
 });
+// Every page ships a Content-Security-Policy; a test that trips it fails.
+afterEach(assertNoCspViolations);
 after(async () => {
   await browser?.close();
   await server?.close();
@@ -100,6 +102,10 @@ test('latency widget: Run fills the column with cold and warm figures, then link
   const line = await page.getByTestId('measured-line').textContent();
   assert.match(line, /^This browser: Measured browser \(wasm32-unknown-unknown.*2 warm-ups, 5 timed calls per length\. Model: llama/);
   assert.match(line, /downloaded now and cached|from this browser's cache/);
+  // The threads build really ran with helper threads (their script is a site file, allowed by the CSP).
+  const [, cpus] = line.match(/(\d+) logical CPUs reported/);
+  const [, threads] = line.match(/(\d+) thread\(s\), cross-origin isolated yes/);
+  if (Number(cpus) > 1) assert.ok(Number(threads) > 1, line);
   // The full bench with the same protocol, as the page's own fragment.
   assert.equal(await page.getByTestId('widget-full').getAttribute('href'), './#router&iters=5&warmup=2');
   await page.getByTestId('widget-share').click();

@@ -31,11 +31,29 @@ export async function launch() {
 }
 
 /**
+ * Every Content-Security-Policy violation any page or frame reported, across
+ * the test file: each page ships a CSP meta tag, and a test file's
+ * `afterEach(assertNoCspViolations)` fails the test that caused one.
+ */
+export const cspViolations = [];
+
+export function assertNoCspViolations() {
+  const found = cspViolations.splice(0);
+  if (found.length) throw new Error(`Content-Security-Policy violations:\n${found.join('\n')}`);
+}
+
+/**
  * A page that may only talk to localhost. Every other request is aborted and
  * listed in `page.blocked`; console errors and page errors land in `page.problems`.
  */
 export async function newPage(browser, options = {}) {
   const context = await browser.newContext({ permissions: ['clipboard-read', 'clipboard-write'], ...options });
+  // Runs in every frame before the page's own scripts (and outside its CSP).
+  await context.addInitScript(() => {
+    document.addEventListener('securitypolicyviolation', (e) => {
+      console.error(`CSP violation: ${e.effectiveDirective} blocked ${e.blockedURI || '(inline)'} in ${e.documentURI} (${e.sourceFile}:${e.lineNumber})`);
+    });
+  });
   const page = await context.newPage();
   page.blocked = [];
   page.problems = [];
@@ -46,7 +64,11 @@ export async function newPage(browser, options = {}) {
     return route.abort();
   });
   page.on('pageerror', (e) => page.problems.push(`pageerror: ${e.message}`));
-  page.on('console', (m) => m.type() === 'error' && page.problems.push(`console: ${m.text()}`));
+  page.on('console', (m) => {
+    if (m.type() !== 'error') return;
+    page.problems.push(`console: ${m.text()}`);
+    if (/CSP violation|Content Security Policy/.test(m.text())) cspViolations.push(m.text());
+  });
   return page;
 }
 

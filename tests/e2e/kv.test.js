@@ -1,17 +1,19 @@
 // The KV calculator end to end: links with parameters, typing, the URL,
 // config import, the embed widget's first load, and offline use.
 
-import { test, before, after } from 'node:test';
+import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, outDir } from './harness.js';
+import { serve, launch, newPage, screenshot, outDir, cspViolations, assertNoCspViolations } from './harness.js';
 
 let server, browser;
 before(async () => {
   server = await serve();
   browser = await launch();
 });
+// Every page ships a Content-Security-Policy; a test that trips it fails.
+afterEach(assertNoCspViolations);
 after(async () => {
   await browser?.close();
   await server?.close();
@@ -177,4 +179,30 @@ test('keyboard only: tab to an input, type, the figures follow', async () => {
   await page.keyboard.press('Control+A');
   await page.keyboard.type('16');
   await page.waitForFunction(() => document.querySelector('[data-testid=logical-total]').innerText === '8.00 GiB');
+});
+
+test('every page ships a Content-Security-Policy that refuses inline script, and runs under it', async () => {
+  for (const [path, ready] of [['', 'logical-total'], ['?embed=kv', 'logical-total'], ['router/', 'model-load'], ['router/?embed=latency', 'latency-table']]) {
+    const page = await newPage(browser);
+    await page.goto(`${server.url}${path}`);
+    await page.getByTestId(ready).first().waitFor();
+    const policy = await page.locator('meta[http-equiv=Content-Security-Policy]').getAttribute('content');
+    assert.match(policy, /script-src 'self' 'wasm-unsafe-eval';/, path);
+    assert.match(policy, /worker-src 'self';/, path);
+    assert.doesNotMatch(policy, /unsafe-inline|blob:|\*/, path);
+    assert.equal(await page.locator('script:not([src])').count(), 0, `${path}: no inline script in the page`);
+    assert.deepEqual(cspViolations, [], `${path}: the page runs under its policy`);
+    // An inline script slipped into the page does not run, and the browser says why.
+    const ran = await page.evaluate(() => {
+      const script = document.createElement('script');
+      script.textContent = 'window.injected = true';
+      document.head.append(script);
+      return window.injected === true;
+    });
+    assert.equal(ran, false, `${path}: an inline script ran`);
+    await page.waitForFunction(() => true);
+    await new Promise((ok) => setTimeout(ok, 200));
+    assert.ok(cspViolations.splice(0).some((v) => /script-src/.test(v)), `${path}: the refusal is reported`);
+    await page.close();
+  }
 });

@@ -4,12 +4,12 @@
 // test here is also an offline test: the built site and its model are all
 // the page has.
 
-import { test, before, after } from 'node:test';
+import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, root } from './harness.js';
+import { serve, launch, newPage, screenshot, root, assertNoCspViolations } from './harness.js';
 
 const MANIFEST = JSON.parse(await readFile(join(root, 'www/models/manifest.json'), 'utf8'));
 const NATIVE = JSON.parse(await readFile(join(root, 'reports/router-latency.cpu.json'), 'utf8'));
@@ -21,6 +21,8 @@ before(async () => {
   server = await serve();
   browser = await launch();
 });
+// Every page ships a Content-Security-Policy; a test that trips it fails.
+afterEach(assertNoCspViolations);
 after(async () => {
   await browser?.close();
   await server?.close();

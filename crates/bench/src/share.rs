@@ -23,8 +23,14 @@ pub fn encode(report: &Report) -> String {
 pub fn decode(payload: &str) -> Result<Report, String> {
     let body = payload.trim().strip_prefix(PREFIX).ok_or("the shared result does not start with `r1.` (a link from another version?)")?;
     let deflated = URL_SAFE_NO_PAD.decode(body).map_err(|e| format!("the shared result is not base64url: {e}"))?;
-    let json = miniz_oxide::inflate::decompress_to_vec_with_limit(&deflated, MAX_JSON_BYTES)
-        .map_err(|e| format!("the shared result is damaged (cannot inflate: {:?})", e.status))?;
+    let json = miniz_oxide::inflate::decompress_to_vec_with_limit(&deflated, MAX_JSON_BYTES).map_err(|e| match e.status {
+        // The limit stops inflation as soon as it is reached: a deflate bomb
+        // costs at most 8 MiB and a moment, never the memory it claims.
+        miniz_oxide::inflate::TINFLStatus::HasMoreOutput => {
+            format!("the shared result inflates past {} MiB, more than any report (a crafted link?)", MAX_JSON_BYTES >> 20)
+        }
+        status => format!("the shared result is damaged (cannot inflate: {status:?})"),
+    })?;
     let report: Report = serde_json::from_slice(&json).map_err(|e| format!("the shared result is not a latency report: {e}"))?;
     check_schema(&report)?;
     Ok(report)
@@ -83,5 +89,15 @@ mod tests {
         other.schema = "workbench.router-latency/0".into();
         assert!(decode(&encode(&other)).unwrap_err().contains("expected `workbench.router-latency/2`"));
         assert!(parse_report("[]", "native.json").unwrap_err().starts_with("native.json: not a latency report"));
+    }
+
+    /// A deflate bomb: 64 MiB of spaces deflate to a link of about 87 KB.
+    /// Decoding stops at the 8 MiB limit and names it.
+    #[test]
+    fn a_deflate_bomb_fails_at_the_limit() {
+        let bomb = vec![b' '; 64 << 20];
+        let link = format!("r1.{}", URL_SAFE_NO_PAD.encode(miniz_oxide::deflate::compress_to_vec(&bomb, 9)));
+        assert!(link.len() < 200_000, "{}", link.len());
+        assert_eq!(decode(&link).unwrap_err(), "the shared result inflates past 8 MiB, more than any report (a crafted link?)");
     }
 }

@@ -105,6 +105,11 @@ fn flag(ck: &Checkpoint, key: &str) -> Option<bool> {
     }
 }
 
+/// The longest SentencePiece piece that is rebuilt as a merge of two
+/// others. The longest normal piece in Gemma 3's 262,144 is 48 bytes; this
+/// leaves five times that.
+pub const MAX_MERGED_PIECE_BYTES: usize = 256;
+
 /// SentencePiece BPE's merges, rebuilt from the pieces and their scores:
 /// every way of writing a normal piece as two pieces is a merge, ranked by
 /// the piece's score, highest first. That is the rule llama.cpp's SPM
@@ -112,11 +117,16 @@ fn flag(ck: &Checkpoint, key: &str) -> Option<bool> {
 /// is the best-scoring piece, leftmost on ties) and the one Hugging Face's
 /// converter writes down for Gemma; scores of normal pieces are distinct in
 /// the files seen, so the ranking is total.
+///
+/// Each cut of a piece hashes both halves, so a piece costs time quadratic
+/// in its length; pieces longer than [`MAX_MERGED_PIECE_BYTES`] get no
+/// merges (they can then never be produced, only matched whole if special),
+/// so a crafted vocabulary of huge pieces costs linear time, not hours.
 fn merges_from_scores(tokens: &[String], scores: &[f32], types: Option<&[i64]>) -> Vec<(String, String)> {
     let normal = |i: usize| types.is_none_or(|t| t[i] == TOKEN_NORMAL);
     let index: HashMap<&str, usize> = tokens.iter().enumerate().filter(|&(i, _)| normal(i)).map(|(i, t)| (t.as_str(), i)).collect();
     let mut merges: Vec<(f32, usize, usize, usize)> = Vec::new();
-    for (i, piece) in tokens.iter().enumerate().filter(|&(i, _)| normal(i)) {
+    for (i, piece) in tokens.iter().enumerate().filter(|&(i, t)| normal(i) && t.len() <= MAX_MERGED_PIECE_BYTES) {
         for (cut, _) in piece.char_indices().skip(1) {
             if let (Some(&left), Some(&right)) = (index.get(&piece[..cut]), index.get(&piece[cut..])) {
                 merges.push((scores[i], i, left, right));
@@ -292,5 +302,24 @@ impl RouterTokenizer {
     pub fn encode_with_ends(&self, text: &str) -> Result<(Vec<u32>, Vec<usize>)> {
         let enc = self.inner.encode(text, false).map_err(|e| tok_err(&self.source, e.to_string()))?;
         Ok((enc.get_ids().to_vec(), enc.get_offsets().iter().map(|o| o.1).collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_follow_the_scores_and_skip_huge_pieces() {
+        // A 1 MiB piece made of two pieces: quadratic work (10^6 cuts, each
+        // hashing up to a megabyte) if it were considered; skipped, instantly.
+        let huge = "a".repeat(1 << 20);
+        let tokens: Vec<String> =
+            ["a", "b", "ab", "ba", "aba"].iter().map(|s| s.to_string()).chain([huge.clone(), format!("{huge}b")]).collect();
+        let scores = [-1.0, -1.0, -0.5, -0.7, -0.2, -0.1, -0.05];
+        let merges = merges_from_scores(&tokens, &scores, None);
+        let pairs: Vec<(&str, &str)> = merges.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        // "aba" (best score) = "ab"+"a" or "a"+"ba"; then "ab"; then "ba".
+        assert_eq!(pairs, vec![("a", "ba"), ("ab", "a"), ("a", "b"), ("b", "a")]);
     }
 }
