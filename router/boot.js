@@ -5,6 +5,12 @@
 // build-site.sh writes a digest of both bundles into `build` below, so a browser
 // never pairs one build's glue with another build's wasm from its cache.
 const build = '__BUILD__';
-const bundle = new URLSearchParams(location.search).get('embed') === 'latency' ? 'router-widget' : 'router-page';
+const widget = new URLSearchParams(location.search).get('embed') === 'latency';
+const bundle = widget ? 'router-widget' : 'router-page';
 const glue = await import(`./${bundle}.js?v=${build}`);
 await glue.default({ module_or_path: `./${bundle}_bg.wasm?v=${build}` });
+// The full page keeps an offline copy of itself; the widget never does.
+if (!widget) {
+  const { keepOffline } = await import(`../offline.js?v=${build}`);
+  keepOffline(new URL('../', location.href), 'router');
+}

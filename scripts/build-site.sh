@@ -43,3 +43,5 @@ scripts/build-threads-worker.sh
 if [ "$WITH_GEMMA" = 1 ]; then
   cp assets/gemma-3-270m-q4_k_m.gguf pkg/router/models/
 fi
+# Last, once every file is in place: the service worker's file lists.
+node tools/sw-files.mjs pkg

@@ -5,3 +5,8 @@
 const build = '__BUILD__';
 const glue = await import(`./workbench.js?v=${build}`);
 await glue.default({ module_or_path: `./workbench_bg.wasm?v=${build}` });
+// The full page keeps an offline copy of itself; the widget never does.
+if (!new URLSearchParams(location.search).has('embed')) {
+  const { keepOffline } = await import(`./offline.js?v=${build}`);
+  keepOffline(new URL('./', location.href), 'calculator');
+}

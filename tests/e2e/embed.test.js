@@ -58,7 +58,7 @@ test('latency widget: the published table and an empty column, first load within
   await page.waitForLoadState('networkidle');
   const total = sizes.reduce((a, s) => a + s.bytes, 0);
   const files = server.served.slice(from);
-  assert.ok(files.every((f) => /\.(html|js|wasm|css)$|\/$/.test(f)), files.join(' '));
+  assert.ok(files.every((f) => /\.(html|js|wasm|css|svg)$|\/$/.test(f)), files.join(' '));
   assert.ok(!files.some((f) => /router-page|router_worker|threads|gguf|manifest|tokenizer/.test(f)), `no page bundle, worker, model or tokenizer before the click: ${files.join(' ')}`);
   assert.ok(total <= FIRST_LOAD_LIMIT, `first load ${total} bytes`);
   await mkdir(outDir, { recursive: true });

@@ -157,7 +157,7 @@ test('embed widget: compact, no network beyond its own files, first load within 
   assert.equal(await page.locator('main.embed').count(), 1);
   const total = sizes.reduce((a, s) => a + s.bytes, 0);
   const files = sizes.map((s) => new URL(s.url).pathname);
-  assert.ok(files.every((f) => /\.(html|js|wasm|css)$|\/$/.test(f)), files.join(' '));
+  assert.ok(files.every((f) => /\.(html|js|wasm|css|svg)$|\/$/.test(f)), files.join(' '));
   assert.ok(!files.some((f) => /gguf|router|worker/.test(f)), 'no router or model files');
   assert.ok(total <= 400 * 1024, `first load ${total} bytes`);
   await mkdir(outDir, { recursive: true });

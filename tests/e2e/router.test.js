@@ -6,7 +6,8 @@
 
 import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFile } from 'node:fs/promises';
+import { readFile, mkdtemp, open, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { serve, launch, newPage, screenshot, root, assertNoCspViolations } from './harness.js';
@@ -250,6 +251,50 @@ test('offline second visit reads the checkpoint from the browser cache; clearing
   await context.close();
 });
 
+test('an offline app: after one visit online, the calculator and the router page load, load the model and decide with the network off', async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(e.message));
+  // First visit, online: each page asks the service worker to keep its files.
+  await page.goto(server.url);
+  await page.getByTestId('logical-total').waitFor();
+  await page.waitForFunction(() => document.documentElement.dataset.offline === 'ready', null, { timeout: 60_000 });
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  await page.waitForFunction(() => document.documentElement.dataset.offline === 'ready', null, { timeout: 120_000 });
+  const kept = await page.evaluate(async () => {
+    const names = (await caches.keys()).filter((n) => n.startsWith('workbench-site-'));
+    const cache = await caches.open(names[0]);
+    return { names, files: (await cache.keys()).map((r) => new URL(r.url).pathname) };
+  });
+  assert.equal(kept.names.length, 1, kept.names.join(' '));
+  for (const file of ['/', '/boot.js', '/workbench_bg.wasm', '/router/', '/router/router-page_bg.wasm', '/router/router_worker_bg.wasm', '/router/threads/router_helper.js', '/router/models/manifest.json']) {
+    assert.ok(kept.files.includes(file), `${file} is kept (${kept.files.join(' ')})`);
+  }
+  assert.ok(!kept.files.some((f) => f.endsWith('.gguf')), 'the checkpoint is the router worker\'s to cache');
+
+  // The network off: nothing reaches the server any more.
+  await context.setOffline(true);
+  const from = server.served.length;
+  await page.goto(server.url);
+  await page.getByTestId('logical-total').waitFor();
+  assert.match(await page.getByTestId('logical-total').innerText(), /^[\d.]+ [KMGT]?i?B$/);
+  await page.goto(`${server.url}router/#router&user=Fix%20the%20failing%20test%20in%20src%2Fparser.rs`);
+  assert.equal(await page.evaluate(() => crossOriginIsolated), true, 'the kept copies keep their isolation headers');
+  await loadBundled(page);
+  assert.match(await page.getByTestId('model-facts').innerText(), /read from this browser's cache/);
+  await page.getByTestId('decide-button').click();
+  await page.locator('[data-testid=decide-row]').first().waitFor({ timeout: 120_000 });
+  assert.match(await page.getByTestId('worker-build').innerText(), /threads build/);
+  // Only the browser's own update check for the service worker's script
+  // gets past Playwright's offline switch (a truly offline browser's fails,
+  // harmlessly); everything the pages need came from the kept copies.
+  assert.deepEqual(server.served.slice(from).filter((p) => p !== '/sw.js'), [], 'offline: no request reached the server');
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
 test('a file that is not a GGUF is named, the page survives and keeps the inputs', async () => {
   const page = await newPage(browser);
   await page.goto(`${server.url}router/#router`);
@@ -267,6 +312,45 @@ test('a file that is not a GGUF is named, the page survives and keeps the inputs
   assert.equal(await page.getByTestId('conv-user').inputValue(), 'keep this text', 'inputs survive a reload through the fragment');
   // The worker still answers.
   await loadBundled(page);
+  await page.context().close();
+});
+
+test('worker faults: a truncated download and a file too large for wasm32 are named, the inputs kept, and the model loads again without a reload', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await workerReady(page);
+  await page.getByTestId('conv-user').fill('kept through every fault');
+  const bundled = MANIFEST.models.find((m) => !m.on_request);
+  const gguf = await readFile(join(root, 'assets', bundled.file.split('/').pop()));
+
+  // The download stops after 4 MiB (the server closes a complete-looking response).
+  await page.route('**/*.gguf', (route) => route.fulfill({ status: 200, contentType: 'application/octet-stream', body: gguf.subarray(0, 4 << 20) }));
+  await page.getByTestId('model-load').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=model-status]')?.textContent === 'failed', null, { timeout: 60_000 });
+  assert.match(await text(page, 'router-alert'), /the transfer ended after 4\.00 MiB of 93\.81 MiB \(a truncated download or file\); nothing was loaded/);
+  await page.unroute('**/*.gguf');
+
+  // A 5 GiB file (sparse: no disk used) is refused before a byte is read.
+  const dir = await mkdtemp(join(tmpdir(), 'workbench-'));
+  const huge = join(dir, 'huge.gguf');
+  const handle = await open(huge, 'w');
+  await handle.truncate(5 * 2 ** 30);
+  await handle.close();
+  try {
+    await page.getByTestId('model-file').setInputFiles(huge);
+    await page.waitForFunction(() => /too large to load in a browser/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''), null, { timeout: 60_000 });
+    assert.match(await text(page, 'router-alert'), /huge\.gguf is 5\.00 GiB but this worker can address only [\d.]+ [GM]iB more \(wasm32 addresses 4\.00 GiB in all\)/);
+    assert.equal(await text(page, 'model-status'), 'failed');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+  assert.equal(await page.getByTestId('conv-user').inputValue(), 'kept through every fault');
+
+  // The same worker, no reload: the bundled checkpoint loads and decides.
+  await loadBundled(page);
+  const ranked = await decide(page, { messages: [{ role: 'user', content: 'kept through every fault' }] });
+  assert.equal(ranked.length, 8);
+  assert.deepEqual(page.problems, []);
   await page.context().close();
 });
 

@@ -81,7 +81,17 @@ pub fn parse(text: &str, block: u64) -> Result<VllmObservation, String> {
             }
         }
         if let Some(n) = number_after(line, "# GPU blocks:") {
-            obs.gpu_blocks = whole(n).map(|b| (b, block.max(1)));
+            let block = block.max(1);
+            if let Some(blocks) = whole(n) {
+                // The tokens are blocks × block size; a count whose product
+                // does not fit is refused here, never wrapped later.
+                if blocks.checked_mul(block as u128).is_none() {
+                    return Err(format!(
+                        "“# GPU blocks: {n}” times {block}-token blocks is beyond any real engine (it overflows 128 bits)"
+                    ));
+                }
+                obs.gpu_blocks = Some((blocks, block));
+            }
         }
     }
     if obs.kv_tokens.is_none() && obs.concurrency.is_none() && obs.gpu_blocks.is_none() {
@@ -95,6 +105,16 @@ pub fn parse(text: &str, block: u64) -> Result<VllmObservation, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `kv_vllm_log` fuzz target: a block count whose token
+    /// count overflowed 128 bits panicked (debug) or wrapped (release).
+    #[test]
+    fn a_block_count_that_overflows_is_refused() {
+        let log = format!("INFO llm_engine.py:340] # GPU blocks: {}, # CPU blocks: 2048", u128::MAX / 8);
+        assert!(parse(&log, 16).unwrap_err().contains("overflows 128 bits"));
+        let fine = parse(&log, 8).unwrap();
+        assert_eq!(fine.tokens().0, u128::MAX / 8 * 8);
+    }
 
     #[test]
     fn reads_v1_lines() {

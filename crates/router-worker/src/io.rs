@@ -48,17 +48,28 @@ pub async fn fetch_text(url: &str) -> Result<String, String> {
     JsFuture::from(text).await.map_err(|e| format!("{url}: {}", describe(&e)))?.as_string().ok_or_else(|| format!("{url}: not text"))
 }
 
-/// Reads a stream to the end into wasm memory, calling `progress(done)` per
-/// chunk. The chunks are also kept as JS arrays, so the caller can store
+/// Reads a stream of `size` bytes (the manifest's or the file's) to the end
+/// into wasm memory, calling `progress(done)` per chunk; a stream that ends
+/// short of `size` or runs past it is an error. The chunks are also kept as JS arrays, so the caller can store
 /// them (as a Blob) without copying the bytes back out of wasm.
-pub async fn read_stream(
-    stream: ReadableStream,
-    what: &str,
-    capacity: usize,
-    progress: &mut dyn FnMut(u64),
-) -> Result<(Vec<u8>, Array), String> {
+pub async fn read_stream(stream: ReadableStream, what: &str, size: u64, progress: &mut dyn FnMut(u64)) -> Result<(Vec<u8>, Array), String> {
+    // Validate before allocating: the declared size must fit in what this
+    // wasm32 instance can still address, and the buffer is reserved
+    // fallibly, so a file too large for the browser is named instead of
+    // crashing the worker (a 5 GiB file would otherwise be cut to a 32-bit
+    // length here and then abort on the first resize past 4 GiB).
+    let left = ADDRESSABLE_BYTES.saturating_sub(crate::wasm_memory_bytes());
+    if size > left {
+        return Err(format!(
+            "{what} is {} but this worker can address only {} more (wasm32 addresses {} in all): it is too large to load in a browser; bench-decide loads it natively",
+            binary(size),
+            binary(left),
+            binary(ADDRESSABLE_BYTES)
+        ));
+    }
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(size as usize).map_err(|_| format!("{what}: the browser refused {} of memory for it", binary(size)))?;
     let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
-    let mut bytes = Vec::with_capacity(capacity);
     let chunks = Array::new();
     loop {
         let result = JsFuture::from(reader.read()).await.map_err(|e| format!("{what}: reading stopped ({})", describe(&e)))?;
@@ -69,12 +80,34 @@ pub async fn read_stream(
         let value = Reflect::get(&result, &"value".into()).map_err(|e| format!("{what}: {}", describe(&e)))?;
         let chunk: Uint8Array = value.dyn_into().map_err(|_| format!("{what}: the stream did not yield bytes"))?;
         let start = bytes.len();
+        if (start + chunk.length() as usize) as u64 > size {
+            return Err(format!("{what}: more than the {} it was declared to hold arrived; nothing was loaded", binary(size)));
+        }
         bytes.resize(start + chunk.length() as usize, 0);
         chunk.copy_to(&mut bytes[start..]);
         chunks.push(&chunk);
         progress(bytes.len() as u64);
     }
+    if (bytes.len() as u64) < size {
+        return Err(format!(
+            "{what}: the transfer ended after {} of {} (a truncated download or file); nothing was loaded",
+            binary(bytes.len() as u64),
+            binary(size)
+        ));
+    }
     Ok((bytes, chunks))
+}
+
+/// What a wasm32 instance can address: 4 GiB.
+pub const ADDRESSABLE_BYTES: u64 = 1 << 32;
+
+/// `3.25 GiB`, `98.02 MiB`: sizes in the messages above.
+fn binary(n: u64) -> String {
+    if n >= 1 << 30 {
+        format!("{:.2} GiB", n as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.2} MiB", n as f64 / (1u64 << 20) as f64)
+    }
 }
 
 /// The cache bucket, or why there is none (insecure context, disabled storage).

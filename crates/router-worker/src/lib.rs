@@ -115,7 +115,7 @@ fn build_info() -> BuildInfo {
 
 /// The size of this instance's linear memory (an `ArrayBuffer`, or a
 /// `SharedArrayBuffer` in the threads build: both have `byteLength`).
-fn wasm_memory_bytes() -> u64 {
+pub(crate) fn wasm_memory_bytes() -> u64 {
     let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().unchecked_into();
     Reflect::get(&memory.buffer(), &"byteLength".into()).ok().and_then(|v| v.as_f64()).unwrap_or(0.0) as u64
 }
@@ -215,7 +215,7 @@ impl RouterWorker {
         let stage = if source == Source::Cached { "reading the cached checkpoint" } else { "downloading the checkpoint" };
         let body = response.body().ok_or_else(|| format!("{}: the response has no body", model.file))?;
         let total = model.bytes;
-        let (bytes, chunks) = io::read_stream(body, &model.file, total as usize, &mut |done| progress(stage, done, Some(total))).await?;
+        let (bytes, chunks) = io::read_stream(body, &model.file, total, &mut |done| progress(stage, done, Some(total))).await?;
         let read_ms = now_ms() - started;
 
         progress("checking SHA-256 against the manifest", 0, None);
@@ -257,8 +257,7 @@ impl RouterWorker {
     async fn load_file(&self, file: web_sys::File, name: &str) -> Result<(), String> {
         let total = file.size() as u64;
         let started = now_ms();
-        let (bytes, _) =
-            io::read_stream(file.stream(), name, total as usize, &mut |done| progress("reading the file", done, Some(total))).await?;
+        let (bytes, _) = io::read_stream(file.stream(), name, total, &mut |done| progress("reading the file", done, Some(total))).await?;
         let read_ms = now_ms() - started;
         progress("hashing the file", 0, None);
         let started = now_ms();
