@@ -91,6 +91,8 @@ struct Ctx {
     model: RwSignal<Option<ModelInfo>>,
     storage: RwSignal<Option<StorageInfo>>,
     decision: RwSignal<Option<Decision>>,
+    /// The worker's wasm memory after the last decision.
+    worker_memory: RwSignal<Option<u64>>,
     deciding: RwSignal<bool>,
     /// The long-running job the worker is on, if any.
     job: RwSignal<Option<Job>>,
@@ -127,6 +129,7 @@ impl Ctx {
             model: RwSignal::new(None),
             storage: RwSignal::new(None),
             decision: RwSignal::new(None),
+            worker_memory: RwSignal::new(None),
             deciding: RwSignal::new(false),
             job: RwSignal::new(None),
             prefix_tokens: RwSignal::new("256".into()),
@@ -187,6 +190,7 @@ impl Ctx {
         self.status.set(Status::NotLoaded);
         self.model.set(None);
         self.load_stage.set(None);
+        self.worker_memory.set(None);
         self.deciding.set(false);
         self.job.set(None);
         self.cancel_requested.set(false);
@@ -252,9 +256,10 @@ impl Ctx {
                 self.load_stage.set(None);
             }
             FromWorker::Storage { storage } => self.storage.set(Some(storage)),
-            FromWorker::Decided { decision } => {
+            FromWorker::Decided { decision, wasm_memory_bytes } => {
                 self.deciding.set(false);
                 self.decision.set(Some(decision));
+                self.worker_memory.set(Some(wasm_memory_bytes));
             }
             FromWorker::GemmProbed { probe } => {
                 self.probing.set(false);
@@ -653,6 +658,11 @@ fn TryIt(ctx: Ctx) -> impl IntoView {
                 </button>
             </div>
             {move || ctx.decision.get().map(|d| view! { <DecisionView decision=d/> })}
+            {move || ctx.worker_memory.get().map(|bytes| view! {
+                <p class="note" data-testid="worker-memory" data-bytes=bytes>
+                    {format!("Worker memory after this decision: {} (wasm memory only grows; it stays flat while the prefix cache holds its budget).", bytes_label(bytes as f64))}
+                </p>
+            })}
         </section>
     }
 }

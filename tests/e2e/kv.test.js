@@ -206,3 +206,23 @@ test('every page ships a Content-Security-Policy that refuses inline script, and
     await page.close();
   }
 });
+
+test('a long session: 200 calculator links in one page, each right and none with an error', async () => {
+  const page = await newPage(browser);
+  const presets = ['qwen3-0.6b', 'llama-3.1-8b', 'deepseek-v3', 'gemma-3-27b', 'llama-3.1-70b'];
+  const dtypes = ['bf16', 'fp8', 'fp16', 'int8'];
+  for (let i = 0; i < 200; i++) {
+    // Hand-computable links (2 × L × H × d × b × T × n) between preset ones.
+    if (i % 2 === 0) {
+      const [layers, heads, dim, tokens, seqs] = [1 + (i % 80), 1 + (i % 16), 64 * (1 + (i % 4)), 1024 * (1 + (i % 32)), 1 + (i % 8)];
+      await open(page, `?layers=${layers}&kv_heads=${heads}&head_dim=${dim}&kv_dtype=bf16&seqs=${tokens}x${seqs}`);
+      const bytes = 2 * layers * heads * dim * 2 * tokens * seqs;
+      assert.equal(await text(page, 'exact-bytes'), `${bytes.toLocaleString('en-US')} bytes`, `link ${i}`);
+    } else {
+      await open(page, `?preset=${presets[i % presets.length]}&kv_dtype=${dtypes[i % dtypes.length]}&seqs=${4096 * (1 + (i % 8))}x${1 + (i % 4)}`);
+      assert.match(await text(page, 'logical-total'), /^[\d.]+ [KMGT]iB$/, `link ${i}`);
+    }
+  }
+  assert.deepEqual(page.problems, []);
+  assert.deepEqual(page.blocked, []);
+});

@@ -354,6 +354,69 @@ test('worker faults: a truncated download and a file too large for wasm32 are na
   await page.context().close();
 });
 
+test('a long session: 1,000 decides in the page keep the worker\'s wasm memory and the page\'s JS heap within bounds', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  const cdp = await page.context().newCDPSession(page);
+  const heap = async () => {
+    await cdp.send('HeapProfiler.collectGarbage');
+    return (await cdp.send('Runtime.getHeapUsage')).usedSize;
+  };
+  // Drives the page's own inputs from inside it (a round trip per decide
+  // from the test would triple the time): a new text each time, so every
+  // decide prefills and the prefix cache fills, then evicts.
+  const run = (from, to) =>
+    page.evaluate(async ([from, to]) => {
+      const user = document.querySelector('[data-testid=conv-user]');
+      const button = document.querySelector('[data-testid=decide-button]');
+      for (let i = from; i < to; i++) {
+        user.value = `Fix bug #${i} in src/parser.rs: the tokenizer drops the last line of input ${i * 7919}`;
+        user.dispatchEvent(new Event('input', { bubbles: true }));
+        // Done when the button has said "Deciding…" and then "Decide" again.
+        await new Promise((ok, fail) => {
+          let busy = false;
+          const observer = new MutationObserver(() => {
+            const label = button.textContent;
+            if (label === 'Deciding…') busy = true;
+            else if (busy && label === 'Decide') {
+              observer.disconnect();
+              clearTimeout(timer);
+              ok();
+            }
+          });
+          const timer = setTimeout(() => {
+            observer.disconnect();
+            fail(new Error(`decide ${i} did not finish: ${document.querySelector('[data-testid=router-alert]')?.textContent ?? 'no alert'}`));
+          }, 60_000);
+          observer.observe(button, { subtree: true, childList: true, characterData: true });
+          button.click();
+        });
+        const alert = document.querySelector('[data-testid=router-alert]');
+        if (alert) throw new Error(`decide ${i}: ${alert.textContent}`);
+      }
+      return Number(document.querySelector('[data-testid=worker-memory]').dataset.bytes);
+    }, [from, to]);
+  const started = Date.now();
+  // About 35 tokens a turn: the prefix cache's 8,192-token budget is full
+  // after some 235 decides; from then on it evicts as much as it inserts.
+  const wasmWarm = await run(0, 400);
+  const heapWarm = await heap();
+  const wasmEnd = await run(400, 1000);
+  const heapEnd = await heap();
+  const seconds = (Date.now() - started) / 1000;
+  const mib = (b) => (b / 2 ** 20).toFixed(1);
+  console.log(`1,000 decides in ${seconds.toFixed(0)} s: worker wasm memory ${mib(wasmWarm)} MiB after 400, ${mib(wasmEnd)} MiB after 1,000; page JS heap ${mib(heapWarm)} MiB after 400, ${mib(heapEnd)} MiB after 1,000`);
+  // Bounds, once the cache is full: no growth beyond 64 MiB of allocator
+  // slack in 600 more decides (the cache's budget, 8,192 tokens or 512 MiB,
+  // is the only state that grows with use), and none beyond 8 MiB in the
+  // page, which keeps one decision on screen.
+  assert.ok(wasmEnd - wasmWarm <= 64 * 2 ** 20, `wasm memory grew ${mib(wasmEnd - wasmWarm)} MiB`);
+  assert.ok(heapEnd - heapWarm <= 8 * 2 ** 20, `JS heap grew ${mib(heapEnd - heapWarm)} MiB`);
+  assert.deepEqual(page.problems, []);
+  await page.context().close();
+});
+
 test('Cancel stops a bench between calls; a call that will not stop gets the worker restarted', async () => {
   const page = await newPage(browser);
   await page.goto(`${server.url}router/#router&lengths=15&warmup=0&iters=1000`);

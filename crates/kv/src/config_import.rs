@@ -31,6 +31,14 @@ fn uint(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, KvError> {
     }
 }
 
+/// The most layers an imported config may declare. A layer pattern
+/// (`sliding_window_pattern`, Gemma's defaults) is written out layer by
+/// layer, so the count sizes an allocation: the largest real models have a
+/// few hundred layers, and a crafted config with four billion would exhaust
+/// the page's memory (found by the `kv_config_import` fuzz target). Typed
+/// into the form, larger counts still work: the form keeps runs, not layers.
+pub const MAX_IMPORTED_LAYERS: u64 = 100_000;
+
 /// Reads `config.json` bytes into form fields.
 pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
     let root: Value = serde_json::from_slice(bytes).map_err(|e| err(format!("not valid JSON ({e})")))?;
@@ -58,8 +66,8 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
         .or(uint(&cfg, "n_layer")?)
         .or(uint(&cfg, "num_layers")?)
         .ok_or_else(|| err("`num_hidden_layers` is missing"))?;
-    if layers == 0 || layers > u32::MAX as u64 {
-        return Err(err(format!("`num_hidden_layers` = {layers} is out of range")));
+    if layers == 0 || layers > MAX_IMPORTED_LAYERS {
+        return Err(err(format!("`num_hidden_layers` = {layers} is out of range (1 to {MAX_IMPORTED_LAYERS})")));
     }
     let heads = uint(&cfg, "num_attention_heads")?.or(uint(&cfg, "n_head")?).ok_or_else(|| err("`num_attention_heads` is missing"))?;
     if heads == 0 {
@@ -246,6 +254,15 @@ mod tests {
         let mut form = Form::default();
         form.apply(&imported.patch);
         (form, imported)
+    }
+
+    /// Found by the `kv_config_import` fuzz target: 77 million layers with a
+    /// sliding-window pattern ran out of memory expanding the pattern.
+    #[test]
+    fn a_layer_count_past_the_limit_is_refused_before_the_pattern_is_expanded() {
+        let config = br#"{"model_type":"gemma3_text","num_hidden_layers":77308642,"num_attention_heads":32,"num_key_value_heads":16,"head_dim":128,"hidden_size":5376,"sliding_window":1024,"sliding_window_pattern":2}"#;
+        let e = import(config).unwrap_err().to_string();
+        assert!(e.contains("`num_hidden_layers` = 77308642 is out of range (1 to 100000)"), "{e}");
     }
 
     #[test]

@@ -290,7 +290,7 @@ impl RouterWorker {
         let loaded = loaded.as_mut().ok_or("no model is loaded yet")?;
         let decision = loaded.router.decide_with_cache(conversation, mode, &mut loaded.prefix_cache).map_err(|e| e.to_string())?;
         loaded.calls += 1;
-        post(&FromWorker::Decided { decision });
+        post(&FromWorker::Decided { decision, wasm_memory_bytes: wasm_memory_bytes() });
         Ok(())
     }
 

@@ -176,13 +176,30 @@ pub fn validate(bytes: &[u8], file: &str) -> Result<()> {
         if !elements.is_multiple_of(block) {
             return Err(bad(format!("tensor `{name}` has {elements} elements, not a multiple of the {type_name} block of {block}")));
         }
-        regions.push((name, offset, elements / block * block_bytes));
+        // Checked: a crafted shape can make the byte size overflow 64 bits
+        // (found by the `gguf` fuzz target), which would wrap into a small
+        // region that passes the bounds check below.
+        let Some(size) = (elements / block).checked_mul(block_bytes) else {
+            return Err(bad(format!("tensor `{name}` is impossibly large")));
+        };
+        regions.push((name, offset, size));
     }
     let data_start = (w.at as u64).div_ceil(alignment) * alignment;
-    for (name, offset, size) in regions {
-        let end = data_start.checked_add(offset).and_then(|s| s.checked_add(size));
+    for (name, offset, size) in &regions {
+        if offset % alignment != 0 {
+            return Err(bad(format!("tensor `{name}` starts at data offset {offset}, not a multiple of the alignment {alignment}")));
+        }
+        let end = data_start.checked_add(*offset).and_then(|s| s.checked_add(*size));
         if end.is_none_or(|e| e > bytes.len() as u64) {
             return Err(bad(format!("truncated: tensor `{name}` ends past the end of the file ({} bytes)", bytes.len())));
+        }
+    }
+    // Two tensors never share bytes: sorted by offset, each ends before the next starts.
+    regions.sort_by_key(|r| r.1);
+    for pair in regions.windows(2) {
+        let ((a, a_offset, a_size), (b, b_offset, _)) = (&pair[0], &pair[1]);
+        if a_offset + a_size > *b_offset {
+            return Err(bad(format!("tensors `{a}` and `{b}` overlap (data offsets {a_offset} + {a_size} bytes and {b_offset})")));
         }
     }
     Ok(())

@@ -213,6 +213,11 @@ pub enum FromWorker {
     },
     Decided {
         decision: Decision,
+        /// The worker's wasm memory after the decision (its high-water
+        /// mark: wasm memory never shrinks), so a long session can see it
+        /// stays bounded.
+        #[serde(default)]
+        wasm_memory_bytes: u64,
     },
     GemmProbed {
         probe: GemmProbe,
