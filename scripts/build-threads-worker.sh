@@ -24,5 +24,5 @@ rm -rf "$out" && mkdir -p "$out"
 wasm-bindgen --target no-modules --no-typescript --out-dir "$out" target/threads/wasm32-unknown-unknown/release/router_worker.wasm
 # The same loader shim Trunk writes for the single-thread worker, and the
 # helper threads' script.
-printf 'importScripts("./router_worker.js");wasm_bindgen("./router_worker_bg.wasm");' > "$out/router_worker_loader.js"
+printf 'importScripts("./router_worker.js");wasm_bindgen({ module_or_path: "./router_worker_bg.wasm" });' > "$out/router_worker_loader.js"
 cp crates/router-worker/js/router_helper.js "$out/"

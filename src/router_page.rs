@@ -165,7 +165,10 @@ impl Ctx {
                 return;
             }
             if self.worker_started.get_untracked() {
-                self.restart(format!("The router worker stopped with an error ({message}). It was restarted."));
+                let reload = if self.model.get_untracked().is_some() { " and the model reloads" } else { "" };
+                self.restart(format!(
+                    "The router worker stopped with an error ({message}). It was restarted; your inputs are kept{reload}."
+                ));
             } else {
                 // A worker that never started (its script missing, wasm refused)
                 // would fail again: say so instead of looping.
@@ -214,14 +217,21 @@ impl Ctx {
         }
     }
 
+    /// Loads what the user asked for; the last alert is dismissed.
     fn load(self, request: LoadRequest) {
+        self.alert.set(None);
+        self.load_again(request);
+    }
+
+    /// Loads without touching the alert: after a restart, the reason the
+    /// worker was replaced stays on screen while the model comes back.
+    fn load_again(self, request: LoadRequest) {
         let (message, file) = match &request {
             LoadRequest::Bundled => (ToWorker::LoadBundled { on_request: None }, None),
             LoadRequest::OnRequest(file) => (ToWorker::LoadBundled { on_request: Some(file.clone()) }, None),
             LoadRequest::File(file) => (ToWorker::LoadFile { name: file.name() }, Some(file.clone())),
         };
         self.last_load.set_value(Some(request));
-        self.alert.set(None);
         self.decision.set(None);
         if self.send(&message, file.as_ref()) {
             self.status.set(Status::Loading);
@@ -240,7 +250,7 @@ impl Ctx {
                 if self.reload_when_started.get_untracked() {
                     self.reload_when_started.set(false);
                     if let Some(request) = self.last_load.get_value() {
-                        self.load(request);
+                        self.load_again(request);
                     }
                 }
             }
@@ -549,11 +559,19 @@ fn ModelCard(ctx: Ctx) -> impl IntoView {
             {progress}
             {move || ctx.model.get().map(|m| view! { <ModelFacts model=m/> })}
             {move || ctx.storage.get().map(|s| {
+                let why = if s.note.is_empty() { String::new() } else { format!(" ({})", s.note) };
                 let usage = match (s.usage_bytes, s.quota_bytes) {
                     (Some(u), Some(q)) => format!("This site stores {} of its {} quota in this browser.", bytes_label(u), bytes_label(q)),
-                    _ => format!("Storage use is not available here{}.", if s.note.is_empty() { String::new() } else { format!(" ({})", s.note) }),
+                    _ => format!("Storage use is not available here{why}."),
                 };
-                let cached = if s.model_cached { "The bundled checkpoint is cached: the next visit reads it from here, not the network." } else { "The bundled checkpoint is not cached." };
+                // When the figures are there but the cache is not, the note says why.
+                let cached = if s.model_cached {
+                    "The bundled checkpoint is cached: the next visit reads it from here, not the network.".to_string()
+                } else if s.usage_bytes.is_some() {
+                    format!("The bundled checkpoint is not cached{why}.")
+                } else {
+                    "The bundled checkpoint is not cached.".to_string()
+                };
                 view! {
                     <p class="storage" data-testid="storage">
                         {usage} " " {cached} " "

@@ -354,6 +354,63 @@ test('worker faults: a truncated download and a file too large for wasm32 are na
   await page.context().close();
 });
 
+test('storage faults: a full quota and a missing Cache API cost the next visit a download, never this load', async () => {
+  /** The router worker (not its helper threads), once it has started. */
+  const routerWorker = async (page) => {
+    await workerReady(page);
+    return page.workers().find((w) => w.url().includes('router_worker_loader.js'));
+  };
+  // The quota is full: the cache refuses to store the checkpoint.
+  const full = await newPage(browser);
+  await full.goto(`${server.url}router/#router&user=kept`);
+  await (await routerWorker(full)).evaluate(() => {
+    Cache.prototype.put = () => Promise.reject(new DOMException('The quota has been exceeded.', 'QuotaExceededError'));
+  });
+  await loadBundled(full);
+  await full.waitForFunction(() => /not kept in this browser's cache/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''));
+  assert.match(await text(full, 'router-alert'), /SmolLM2-135M-Instruct\.Q4_1\.gguf was loaded but not kept in this browser's cache \(could not keep the checkpoint in the browser \(The quota has been exceeded\.\)\): the next visit downloads it again/);
+  await full.waitForFunction(() => /is not cached/.test(document.querySelector('[data-testid=storage]')?.textContent ?? ''));
+  assert.equal((await decide(full, { messages: [{ role: 'user', content: 'kept' }] })).length, 8);
+  await full.context().close();
+
+  // No Cache API at all (as in some private windows): the load goes on without it, and the page says why.
+  const none = await newPage(browser);
+  await none.goto(`${server.url}router/#router`);
+  await (await routerWorker(none)).evaluate(() => {
+    Object.defineProperty(self, 'caches', { get() { throw new DOMException('The operation is insecure.', 'SecurityError'); } });
+  });
+  await loadBundled(none);
+  assert.match(await none.getByTestId('model-facts').innerText(), /downloaded from this site now/);
+  await none.waitForFunction(() => /not cached \(the Cache API is unavailable here/.test(document.querySelector('[data-testid=storage]')?.textContent ?? ''));
+  assert.deepEqual([...none.problems], []);
+  await none.context().close();
+});
+
+test('a failure inside decide: the page says so, keeps the inputs, restarts the worker and reloads the model', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  await page.getByTestId('conv-user').fill('kept through a panic');
+  // The clock fails under the call: decide's first timing throws into the
+  // wasm frames and the call dies half-way, as a trap does. (No input is
+  // known to make decide panic: the fuzzers found none. A Rust panic is
+  // posted by the worker's panic hook, then traps the same way.)
+  const worker = page.workers().find((w) => w.url().includes('router_worker_loader.js'));
+  await worker.evaluate(() => {
+    performance.now = () => {
+      throw new Error('injected: the clock failed');
+    };
+  });
+  await page.getByTestId('decide-button').click();
+  await page.waitForFunction(() => /restarted/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''), null, { timeout: 60_000 });
+  assert.match(await text(page, 'router-alert'), /The router worker stopped with an error \(Uncaught Error: injected: the clock failed\)\. It was restarted; your inputs are kept and the model reloads\./);
+  assert.equal(await page.getByTestId('conv-user').inputValue(), 'kept through a panic');
+  // The new worker reloads the model by itself; then decide works.
+  await page.waitForFunction(() => document.querySelector('[data-testid=model-status]')?.textContent === 'ready', null, { timeout: LOAD_TIMEOUT });
+  assert.equal((await decide(page, { messages: [{ role: 'user', content: 'kept through a panic' }] })).length, 8);
+  await page.context().close();
+});
+
 test('a long session: 1,000 decides in the page keep the worker\'s wasm memory and the page\'s JS heap within bounds', async () => {
   const page = await newPage(browser);
   await page.goto(`${server.url}router/#router`);

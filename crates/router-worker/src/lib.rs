@@ -238,8 +238,17 @@ impl RouterWorker {
         }
         if source == Source::Downloaded {
             if let Ok(cache) = &cache {
+                // A full quota costs the next visit a download, not this
+                // load: the model still loads, and the page is told why
+                // nothing was kept.
                 if let Err(e) = io::store(cache, &url, &chunks).await {
-                    progress(&format!("not cached: {e}"), 0, None);
+                    post(&FromWorker::Failed {
+                        during: Activity::Storage,
+                        message: format!(
+                            "{} was loaded but not kept in this browser's cache ({e}): the next visit downloads it again",
+                            model.file
+                        ),
+                    });
                 }
             }
         }
