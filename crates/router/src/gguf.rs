@@ -149,11 +149,30 @@ pub fn validate(bytes: &[u8], file: &str) -> Result<()> {
         let type_id = w.u32(&key).map_err(bad)?;
         let start = w.at;
         w.value(type_id, &key, 0).map_err(bad)?;
-        if key == "general.alignment" && type_id == 4 {
-            alignment = u32::from_le_bytes(bytes[start..start + 4].try_into().expect("4 bytes")) as u64;
-            if alignment == 0 || !alignment.is_power_of_two() {
-                return Err(bad(format!("general.alignment {alignment} is not a power of two")));
-            }
+        if key == "general.alignment" {
+            // Read as candle reads it (any of six integer types; a negative
+            // or other value means the default), so the two agree on where
+            // the data starts and candle never divides by a zero alignment
+            // (found by the `gguf_tokenizer` fuzz target, with a u8 zero).
+            let raw = &bytes[start..w.at];
+            let value: Option<i64> = match type_id {
+                0 => Some(i64::from(raw[0])),
+                1 => Some(i64::from(raw[0] as i8)),
+                2 => Some(i64::from(u16::from_le_bytes([raw[0], raw[1]]))),
+                3 => Some(i64::from(i16::from_le_bytes([raw[0], raw[1]]))),
+                4 => Some(i64::from(u32::from_le_bytes(raw[..4].try_into().expect("4 bytes")))),
+                5 => Some(i64::from(i32::from_le_bytes(raw[..4].try_into().expect("4 bytes")))),
+                _ => None,
+            };
+            alignment = match value {
+                Some(v) if v >= 0 => {
+                    if v == 0 || !(v as u64).is_power_of_two() {
+                        return Err(bad(format!("general.alignment {v} is not a power of two")));
+                    }
+                    v as u64
+                }
+                _ => 32,
+            };
         }
     }
     let mut regions = Vec::new();

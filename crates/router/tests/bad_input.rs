@@ -110,6 +110,28 @@ fn counts_over_the_allocation_budget_fail_before_anything_is_allocated() {
     assert!(e.contains("over the budget of 65536 and 65536"), "{e}");
 }
 
+/// Found by the `gguf_tokenizer` fuzz target: `general.alignment` as a u8
+/// zero passed the walk (which read only u32 alignments) and candle divided
+/// by it. Every integer type candle reads is checked now.
+#[test]
+fn an_alignment_of_any_integer_type_must_be_a_power_of_two() {
+    use router::gguf::validate;
+    for (type_id, value) in [
+        (0u32, vec![0u8]),
+        (1, vec![0]),
+        (2, 0u16.to_le_bytes().to_vec()),
+        (3, 24i16.to_le_bytes().to_vec()),
+        (5, 0i32.to_le_bytes().to_vec()),
+    ] {
+        let e = validate(&one_entry("general.alignment", type_id, &value), "a.gguf").unwrap_err().to_string();
+        assert!(e.contains("general.alignment") && e.contains("is not a power of two"), "type {type_id}: {e}");
+    }
+    // Negative signed values and other types mean the default, as in candle.
+    validate(&one_entry("general.alignment", 1, &[0xff]), "a.gguf").unwrap();
+    validate(&one_entry("general.alignment", 6, &1.0f32.to_le_bytes()), "a.gguf").unwrap();
+    validate(&one_entry("general.alignment", 2, &64u16.to_le_bytes()), "a.gguf").unwrap();
+}
+
 #[test]
 fn unsupported_architecture_and_quant_type() {
     let pool = common::pool_yaml();
