@@ -3,14 +3,17 @@
 # Debian 12 machine with rustup. Idempotent: each step checks first, so a
 # second run takes seconds. `--with-gemma` also fetches the second
 # checkpoint (Gemma 3 270M, Gemma terms of use), which is otherwise never
-# downloaded.
+# downloaded; `--with-fuzz` also installs cargo-fuzz for scripts/fuzz.sh
+# (not needed by the build or the tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FETCH_ARGS=()
+WITH_FUZZ=0
 for arg in "$@"; do
   case "$arg" in
     --with-gemma) FETCH_ARGS+=(--gemma) ;;
-    *) echo "setup: unknown argument $arg (expected --with-gemma)" >&2; exit 2 ;;
+    --with-fuzz) WITH_FUZZ=1 ;;
+    *) echo "setup: unknown argument $arg (expected --with-gemma, --with-fuzz)" >&2; exit 2 ;;
   esac
 done
 
@@ -72,6 +75,11 @@ for dir in tools tests/e2e; do
     npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
   fi
 done
+# The fuzzers' runner (scripts/fuzz.sh; nightly is installed above).
+if [ "$WITH_FUZZ" = 1 ] && ! command -v cargo-fuzz >/dev/null; then
+  say "installing cargo-fuzz"
+  cargo install cargo-fuzz --version 0.13.2 --locked
+fi
 # Model and tokenizer assets, pinned by version and SHA-256 (never committed).
 scripts/fetch-assets.sh "${FETCH_ARGS[@]}"
 say "ready"

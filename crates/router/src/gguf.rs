@@ -149,7 +149,9 @@ pub fn validate(bytes: &[u8], file: &str) -> Result<()> {
         let type_id = w.u32(&key).map_err(bad)?;
         let start = w.at;
         w.value(type_id, &key, 0).map_err(bad)?;
-        if key == "general.alignment" {
+        // candle drops trailing NUL bytes from keys; so must the walk, or a
+        // `general.alignment\0` would slip past it (found by the fuzzer too).
+        if key.trim_end_matches('\0') == "general.alignment" {
             // Read as candle reads it (any of six integer types; a negative
             // or other value means the default), so the two agree on where
             // the data starts and candle never divides by a zero alignment
