@@ -9,8 +9,11 @@ const widget = new URLSearchParams(location.search).get('embed') === 'latency';
 const bundle = widget ? 'router-widget' : 'router-page';
 const glue = await import(`./${bundle}.js?v=${build}`);
 await glue.default({ module_or_path: `./${bundle}_bg.wasm?v=${build}` });
-// The full page keeps an offline copy of itself; the widget never does.
-if (!widget) {
+// The full page keeps an offline copy of itself. The widget never does, nor
+// does a shared result: opening one downloads nothing beyond the page (no
+// worker, no model), so it starts no copy of them either.
+const shared = /(^|&)result=/.test(location.hash.slice(1));
+if (!widget && !shared) {
   const { keepOffline } = await import(`../offline.js?v=${build}`);
   keepOffline(new URL('../', location.href), 'router');
 }
