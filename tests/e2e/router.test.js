@@ -35,6 +35,12 @@ async function workerReady(page) {
   await page.waitForFunction(() => document.querySelector('[data-testid=model-load]') && !document.querySelector('[data-testid=model-load]').disabled, null, { timeout: 120_000 });
 }
 
+/** The router worker (not its helper threads), once it has started. */
+async function routerWorker(page) {
+  await workerReady(page);
+  return page.workers().find((w) => w.url().includes('router_worker_loader.js'));
+}
+
 async function loadBundled(page) {
   await workerReady(page);
   await page.getByTestId('model-load').click();
@@ -355,11 +361,6 @@ test('worker faults: a truncated download and a file too large for wasm32 are na
 });
 
 test('storage faults: a full quota and a missing Cache API cost the next visit a download, never this load', async () => {
-  /** The router worker (not its helper threads), once it has started. */
-  const routerWorker = async (page) => {
-    await workerReady(page);
-    return page.workers().find((w) => w.url().includes('router_worker_loader.js'));
-  };
   // The quota is full: the cache refuses to store the checkpoint.
   const full = await newPage(browser);
   await full.goto(`${server.url}router/#router&user=kept`);
@@ -395,8 +396,7 @@ test('a failure inside decide: the page says so, keeps the inputs, restarts the 
   // wasm frames and the call dies half-way, as a trap does. (No input is
   // known to make decide panic: the fuzzers found none. A Rust panic is
   // posted by the worker's panic hook, then traps the same way.)
-  const worker = page.workers().find((w) => w.url().includes('router_worker_loader.js'));
-  await worker.evaluate(() => {
+  await (await routerWorker(page)).evaluate(() => {
     performance.now = () => {
       throw new Error('injected: the clock failed');
     };
