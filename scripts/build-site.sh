@@ -43,5 +43,12 @@ scripts/build-threads-worker.sh
 if [ "$WITH_GEMMA" = 1 ]; then
   cp assets/gemma-3-270m-q4_k_m.gguf pkg/router/models/
 fi
+# The measured routing-quality study (bench-decide --quality) and its head:
+# the page's Quality card fetches them only when asked.
+# Its in-browser evaluation reads the OOD176 files (MIT) from router/data/.
+cp reports/router-quality.cpu.json pkg/router/quality.json
+cp reports/head.smollm2-135m.json pkg/router/head.smollm2-135m.json
+mkdir -p pkg/router/data
+cp data/coderouterbench/ood176_tasks.jsonl data/coderouterbench/ood176_results_long.csv pkg/router/data/
 # Last, once every file is in place: the service worker's file lists.
 node tools/sw-files.mjs pkg

@@ -52,6 +52,22 @@ pub async fn read_file_text(file: web_sys::File) -> Result<String, String> {
     text.as_string().ok_or_else(|| format!("{} is not text", file.name()))
 }
 
+/// Fetches a text file relative to this page; the error names it and the
+/// HTTP status.
+pub async fn fetch_text(url: &str) -> Result<String, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let response = wasm_bindgen_futures::JsFuture::from(window.fetch_with_str(url))
+        .await
+        .map_err(|_| format!("{url}: the request failed (offline?)"))?;
+    let response: web_sys::Response = response.dyn_into().map_err(|_| format!("{url}: not a response"))?;
+    if !response.ok() {
+        return Err(format!("{url}: HTTP {}", response.status()));
+    }
+    let text = response.text().map_err(|_| format!("{url}: unreadable body"))?;
+    let text = wasm_bindgen_futures::JsFuture::from(text).await.map_err(|_| format!("{url}: the body could not be read"))?;
+    text.as_string().ok_or_else(|| format!("{url}: not text"))
+}
+
 /// The current `location.hash`, without the `#`.
 pub fn current_fragment() -> String {
     web_sys::window().and_then(|w| w.location().hash().ok()).unwrap_or_default().trim_start_matches('#').to_string()

@@ -193,7 +193,9 @@ impl Widget {
             | FromWorker::Decided { .. }
             | FromWorker::GemmProbed { .. }
             | FromWorker::PrefixStep { .. }
-            | FromWorker::PrefixDone { .. } => {}
+            | FromWorker::PrefixDone { .. }
+            | FromWorker::TaskRouted { .. }
+            | FromWorker::RouteDone { .. } => {}
         }
     }
 

@@ -14,6 +14,7 @@
 pub mod browser;
 pub mod kv_page;
 pub mod latency_widget;
+pub mod quality_view;
 pub mod report_view;
 pub mod router_page;
 pub mod worker_client;

@@ -4,6 +4,8 @@
 //! these components, so a shared result looks exactly like the one measured.
 
 use bench::figures::{compare, latency_svg, Breakdown, Series};
+
+use crate::quality_view::QualityView;
 use bench::report::{format_ms, Report, TABLE_HEADER};
 use leptos::prelude::*;
 
@@ -78,7 +80,12 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(
         ("started", utc_time(e.started_unix_ms)),
     ];
     let comparison = compare_with.map(|(name, other)| view! { <CompareTable page=report.clone() loaded=other name=name/> });
-    view! {
+    // A quality-only report (`bench-decide --quality`) has no latency rows.
+    let quality = report.quality().map(|study| match study {
+        Ok(study) => view! { <QualityView report=report.clone() study=study/> }.into_any(),
+        Err(e) => view! { <p class="problem" role="alert">{e}</p> }.into_any(),
+    });
+    let latency = (!report.results.is_empty()).then(|| view! {
         <div class="table-wrap">
             <table class="bench-table" data-testid="bench-table">
                 <thead><tr>{TABLE_HEADER.iter().map(|h| view! { <th scope="col">{*h}</th> }).collect_view()}</tr></thead>
@@ -119,6 +126,10 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(
                 </tbody>
             </table>
         </div>
+    });
+    view! {
+        {latency}
+        {quality}
         {comparison}
         <details class="provenance" data-testid="bench-provenance" open>
             <summary>"Environment and provenance"</summary>

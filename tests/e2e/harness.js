@@ -72,6 +72,20 @@ export async function newPage(browser, options = {}) {
   return page;
 }
 
+/** Waits until the router page's worker has started (its Load button is live). */
+export async function workerReady(page) {
+  await page.waitForFunction(() => document.querySelector('[data-testid=model-load]') && !document.querySelector('[data-testid=model-load]').disabled, null, { timeout: 120_000 });
+}
+
+/** Loads the bundled checkpoint on the router page; fails with the page's alert. */
+export async function loadBundled(page) {
+  await workerReady(page);
+  await page.getByTestId('model-load').click();
+  await page.waitForFunction(() => ['ready', 'failed'].includes(document.querySelector('[data-testid=model-status]')?.textContent), null, { timeout: 300_000 });
+  const status = await page.getByTestId('model-status').textContent();
+  if (status !== 'ready') throw new Error(`model did not load: ${await page.getByTestId('router-alert').innerText().catch(() => status)}`);
+}
+
 export async function screenshot(page, name) {
   await mkdir(outDir, { recursive: true });
   await page.screenshot({ path: join(outDir, `${name}.png`), fullPage: true });

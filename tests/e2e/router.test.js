@@ -10,7 +10,7 @@ import { readFile, mkdtemp, open, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, root, assertNoCspViolations } from './harness.js';
+import { serve, launch, newPage, screenshot, root, assertNoCspViolations, workerReady, loadBundled } from './harness.js';
 
 const MANIFEST = JSON.parse(await readFile(join(root, 'www/models/manifest.json'), 'utf8'));
 const NATIVE = JSON.parse(await readFile(join(root, 'reports/router-latency.cpu.json'), 'utf8'));
@@ -31,9 +31,6 @@ after(async () => {
 
 const text = (page, id) => page.getByTestId(id).textContent();
 
-async function workerReady(page) {
-  await page.waitForFunction(() => document.querySelector('[data-testid=model-load]') && !document.querySelector('[data-testid=model-load]').disabled, null, { timeout: 120_000 });
-}
 
 /** The router worker (not its helper threads), once it has started. */
 async function routerWorker(page) {
@@ -41,13 +38,6 @@ async function routerWorker(page) {
   return page.workers().find((w) => w.url().includes('router_worker_loader.js'));
 }
 
-async function loadBundled(page) {
-  await workerReady(page);
-  await page.getByTestId('model-load').click();
-  await page.waitForFunction(() => ['ready', 'failed'].includes(document.querySelector('[data-testid=model-status]')?.textContent), null, { timeout: LOAD_TIMEOUT });
-  const status = await text(page, 'model-status');
-  if (status !== 'ready') assert.fail(`model did not load: ${await page.getByTestId('router-alert').innerText().catch(() => status)}`);
-}
 
 /** Fills the conversation and decides; returns [{ id, score }] best first. */
 async function decide(page, conversation, mode = '') {
@@ -156,7 +146,7 @@ test('load, decide, bench, export, compare and share on the real model', async (
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('bench-export').click()]);
   const report = JSON.parse(await readFile(await download.path(), 'utf8'));
   assert.deepEqual(Object.keys(report).sort(), Object.keys(NATIVE).sort());
-  assert.equal(report.schema, 'workbench.router-latency/2');
+  assert.equal(report.schema, 'workbench.router-latency/3');
   assert.equal(report.environment.runtime, 'browser');
   assert.equal(report.environment.target, 'wasm32-unknown-unknown');
   // The site is cross-origin isolated: the threads build, one thread per core (up to 8).

@@ -81,6 +81,36 @@ pub fn prompt_texts(path: &Path) -> Result<Vec<String>> {
     bench::tasks::prompt_texts(&text, &format!("--prompts {}", path.display()), is_jsonl).map_err(anyhow::Error::msg)
 }
 
+/// This process's environment, for a native report: target, command line,
+/// versions, git revision, CPU, threads, OS, and when the run started.
+pub fn native_environment(started_unix_ms: u64) -> bench::Environment {
+    bench::Environment {
+        runtime: "native".into(),
+        target: env!("BENCH_TARGET").into(),
+        command_line: std::env::args().collect(),
+        versions: bench::report::component_versions(env!("BENCH_RUSTC_VERSION")),
+        git_revision: git_revision(),
+        cpu_model: cpu_model(),
+        threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        os: std::env::consts::OS.into(),
+        started_unix_ms,
+        ..bench::Environment::default()
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms_now() -> u64 {
+    web_time::SystemTime::now().duration_since(web_time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Writes a report as pretty JSON, creating its folder; errors name `--out`.
+pub fn write_report(out: &Path, report: &bench::Report) -> Result<()> {
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("--out {}", out.display()))?;
+    }
+    std::fs::write(out, serde_json::to_string_pretty(report)?).with_context(|| format!("--out {}", out.display()))
+}
+
 pub fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()

@@ -14,9 +14,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use bench::report::{Environment, ProtocolRecord, Provenance, Report, SCHEMA};
+use bench::report::{ProtocolRecord, Provenance, Report, SCHEMA};
 use bench::Protocol;
-use bench_cli::{cpu_model, git_revision, prompt_texts, Loaded, RouterFlags, DEFAULT_PROMPTS};
+use bench_cli::{prompt_texts, Loaded, RouterFlags, DEFAULT_PROMPTS};
 use clap::Parser;
 
 /// Times the router's complete decision: weight load, tokenizer init, the first
@@ -75,7 +75,16 @@ struct Args {
     /// Exchanges appended to the long conversation in --truncation-study.
     #[arg(long, default_value_t = 12)]
     truncation_turns: usize,
+    /// Instead of the latency protocol: route every CodeRouterBench OOD176
+    /// task through `decide` and report routing quality beside the
+    /// baselines, with a trained head cross-validated (5 folds × 5 seeds).
+    #[arg(long)]
+    quality: bool,
+    #[command(flatten)]
+    quality_flags: quality::QualityFlags,
 }
+
+mod quality;
 
 fn main() -> ExitCode {
     bench_cli::exit("bench-decide", run(Args::parse()))
@@ -88,8 +97,11 @@ fn run(args: Args) -> Result<()> {
     if args.lengths.is_empty() || args.lengths.contains(&0) {
         bail!("--lengths: give positive token counts, e.g. 15,256,1024");
     }
+    if args.quality {
+        return quality::run(&args.router, &args.quality_flags, &args.out);
+    }
     let texts = prompt_texts(&args.prompts)?;
-    let started_unix_ms = web_time::SystemTime::now().duration_since(web_time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let started_unix_ms = bench_cli::unix_ms_now();
     eprintln!("bench-decide: loading {}", args.router.checkpoint.display());
     let Loaded { mut router, checkpoint_file } = args.router.load()?;
     let prompts = args
@@ -144,18 +156,7 @@ fn run(args: Args) -> Result<()> {
 
     let report = Report {
         schema: SCHEMA.into(),
-        environment: Environment {
-            runtime: "native".into(),
-            target: env!("BENCH_TARGET").into(),
-            command_line: std::env::args().collect(),
-            versions: bench::report::component_versions(env!("BENCH_RUSTC_VERSION")),
-            git_revision: git_revision(),
-            cpu_model: cpu_model(),
-            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-            os: std::env::consts::OS.into(),
-            started_unix_ms,
-            ..Environment::default()
-        },
+        environment: bench_cli::native_environment(started_unix_ms),
         provenance: Provenance::of(&router, &checkpoint_file),
         protocol: ProtocolRecord {
             lengths: args.lengths,
@@ -167,11 +168,9 @@ fn run(args: Args) -> Result<()> {
         results,
         prefix,
         truncation,
+        quality: None,
     };
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("--out {}", args.out.display()))?;
-    }
-    std::fs::write(&args.out, serde_json::to_string_pretty(&report)?).with_context(|| format!("--out {}", args.out.display()))?;
+    bench_cli::write_report(&args.out, &report)?;
     println!("{}\n\n{}\n{}\n", report.table(), report.conditions(), report.boundaries());
     if let Some(prefix) = &report.prefix {
         println!(

@@ -95,3 +95,82 @@ fn bad_inputs_fail_with_a_message_naming_the_file() {
     assert_eq!(code, 2);
     assert!(stderr.contains("ENTHALPY_ROUTER_MAX_TOKENS=lots"), "{stderr}");
 }
+
+#[test]
+fn quality_routes_every_task_and_writes_study_head_and_figures() {
+    let out = tmp("quality.json");
+    let head = tmp("head.json");
+    let (code, stdout, stderr) = bench_decide(
+        &[
+            "--quality",
+            "--limit",
+            "20",
+            "--seeds",
+            "2",
+            "--truncation-sweep",
+            "32",
+            "--out",
+            out.to_str().unwrap(),
+            "--head-out",
+            head.to_str().unwrap(),
+        ],
+        &[("ENTHALPY_ROUTER_MAX_TOKENS", "48")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("| oracle (cheapest resolving model) |"), "{stdout}");
+    let r: bench::Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).expect("report matches the schema");
+    assert_eq!(r.schema, bench::SCHEMA);
+    assert!(r.results.is_empty(), "a quality run measures no latency protocol");
+    let q = r.quality().expect("the quality section").unwrap();
+    assert_eq!((q.tasks, q.router_max_tokens, q.per_task.len()), (20, 48, 20));
+    assert_eq!(q.cv.seeds, vec![0, 1]);
+    let all: Vec<_> = q.rows.iter().filter(|r| r.subset == bench::quality::Subset::All).collect();
+    let oracle = all.iter().find(|r| r.family == bench::quality::Family::Oracle).unwrap();
+    for row in &all {
+        assert!(row.resolved.mean <= oracle.resolved.mean + 1e-9, "{} beats the oracle", row.policy);
+        assert!(row.resolved_ci95[0] <= row.resolved.mean + 1e-9 && row.resolved.mean <= row.resolved_ci95[1] + 1e-9, "{}", row.policy);
+    }
+    for mode in ["quality", "balanced", "economy"] {
+        assert!(all.iter().any(|r| r.policy == format!("router, similarity scoring, {mode}")));
+        assert!(all
+            .iter()
+            .any(|r| r.policy == format!("router, trained head (CV), {mode}") && r.family == bench::quality::Family::Trained));
+    }
+    // The sweep: 32 tokens cut from the left and keeping the start, then 48 is the main setting.
+    let sides: Vec<_> = q.truncation.iter().map(|p| (p.max_tokens, p.side)).collect();
+    assert_eq!(sides, [(32, router::TruncationSide::Left), (32, router::TruncationSide::KeepStart)]);
+    assert!(q.truncation.iter().all(|p| p.tokens_used_mean <= 32.0 && p.decide.is_some()));
+    // Every task's decisions, by mode, with and without the head.
+    assert!(q.per_task.iter().all(|t| t.similarity_top.len() == 3 && t.head_top.len() == 3 && t.tokens_used <= 48));
+    // The head file reads back, names the backbone and the settings it was trained for.
+    let bytes = std::fs::read(&head).unwrap();
+    let loaded = router::LoadedHead::from_json(&bytes, "head.json").unwrap();
+    assert_eq!(q.head.as_ref().unwrap().id, loaded.id);
+    assert_eq!((loaded.head.router_max_tokens, loaded.head.hidden, loaded.head.candidates.len()), (48, 576, 8));
+    assert_eq!(loaded.head.backbone_checkpoint_id, "gguf-b179c952");
+    let svg = std::fs::read_to_string(out.with_extension("cost-quality.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("oracle"));
+    let trade_off = std::fs::read_to_string(out.with_extension("truncation.svg")).unwrap();
+    assert!(trade_off.contains("similarity, balanced, keep_start") && trade_off.contains("head (CV), quality, left"), "{trade_off}");
+}
+
+#[test]
+fn quality_refuses_bad_data_with_the_file_and_line() {
+    let tasks = tmp("tasks.jsonl");
+    std::fs::write(&tasks, "{\"task_id\": \"a\", \"source_split\": \"new64\", \"bench\": \"x\", \"prompt\": \"p\"}\nnot json\n").unwrap();
+    let results = tmp("results.csv");
+    std::fs::write(&results, "task_id,model,resolved,in_tok,out_tok,cost_usd\n").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--tasks", "/nonexistent/tasks.jsonl"], "--tasks /nonexistent/tasks.jsonl"),
+        (vec!["--tasks", tasks.to_str().unwrap()], "tasks.jsonl, line 2:"),
+        (vec!["--limit", "5"], "--limit 5: cross-validation needs at least 20 tasks"),
+        (vec!["--seeds", "0"], "--seeds 0"),
+    ];
+    for (mut args, want) in cases {
+        args.insert(0, "--quality");
+        let (code, _, stderr) = bench_decide(&args, &[]);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

@@ -14,6 +14,7 @@ pub mod guide;
 pub mod page;
 pub mod prefix;
 pub mod protocol;
+pub mod quality;
 pub mod report;
 #[cfg(feature = "engine")]
 pub mod run;

@@ -31,7 +31,8 @@ impl Default for RouterForm {
         RouterForm {
             mode: String::new(),
             system: String::new(),
-            user: String::new(),
+            // A real task, so the first Decide works (an empty turn cannot be routed).
+            user: crate::tasks::FIRST_TASK_PROMPT.into(),
             iterations: "25".into(),
             warmup: "5".into(),
             lengths: "15,256,1024".into(),

@@ -11,11 +11,12 @@ use crate::stats::Summary;
 /// Schema name and version. Bump the version on any incompatible change.
 /// Version 2 added the prefix-reuse protocol (`prefix`) and the cache's
 /// `lookup_ms` and `insert_ms` stages; a version-1 report reads as a
-/// version-2 one without them.
-pub const SCHEMA: &str = "workbench.router-latency/2";
+/// version-2 one without them. Version 3 added the routing-quality study
+/// (`quality`); older reports read as version 3 without it.
+pub const SCHEMA: &str = "workbench.router-latency/3";
 
 /// Every schema a report may be read from.
-pub const SCHEMAS_READ: [&str; 2] = ["workbench.router-latency/1", SCHEMA];
+pub const SCHEMAS_READ: [&str; 3] = ["workbench.router-latency/1", "workbench.router-latency/2", SCHEMA];
 
 /// Where a measurement was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -111,6 +112,28 @@ pub struct Report {
     /// Stepped against plain left truncation (`bench-decide --truncation-study`), when run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncation: Option<crate::truncation::TruncationStudy>,
+    /// Routing quality on CodeRouterBench OOD176 (`bench-decide --quality`),
+    /// when run: a [`crate::quality::QualityStudy`], kept as JSON and typed
+    /// by [`Report::quality`]. Why untyped here: every bundle that reads a
+    /// report (the latency widget reads shared links) would otherwise link
+    /// the study's whole deserializer (measured: the widget's first load
+    /// was 242.2 KiB gzipped with the field typed, 222.0 KiB without);
+    /// this way only code that asks for it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<serde_json::Value>,
+}
+
+impl Report {
+    /// The routing-quality study, when the report has one; an error says
+    /// what in it does not match the schema.
+    pub fn quality(&self) -> Option<Result<crate::quality::QualityStudy, String>> {
+        self.quality.as_ref().map(|v| serde_json::from_value(v.clone()).map_err(|e| format!("the report's quality section: {e}")))
+    }
+
+    /// Stores a routing-quality study in the report.
+    pub fn set_quality(&mut self, study: &crate::quality::QualityStudy) {
+        self.quality = Some(serde_json::to_value(study).expect("a study always serialises"));
+    }
 }
 
 /// Milliseconds as the tables print them: `137 ms`, `42.5 ms`.

@@ -56,5 +56,6 @@ pub fn sample_report() -> Report {
         results,
         prefix: None,
         truncation: None,
+        quality: None,
     }
 }

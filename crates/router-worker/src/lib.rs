@@ -129,7 +129,7 @@ impl RouterWorker {
         let activity = match &message {
             ToWorker::LoadBundled { .. } | ToWorker::LoadFile { .. } => Activity::Load,
             ToWorker::Decide { .. } | ToWorker::GemmProbe { .. } => Activity::Decide,
-            ToWorker::Bench { .. } | ToWorker::PrefixProtocol { .. } => Activity::Bench,
+            ToWorker::Bench { .. } | ToWorker::PrefixProtocol { .. } | ToWorker::RouteTasks { .. } => Activity::Bench,
             ToWorker::Storage | ToWorker::ClearCache | ToWorker::Cancel => Activity::Storage,
         };
         if matches!(activity, Activity::Load | Activity::Decide | Activity::Bench) {
@@ -152,6 +152,7 @@ impl RouterWorker {
                 self.bench(Protocol { lengths, warmup, iterations, encode_iterations }, mode).await
             }
             ToWorker::PrefixProtocol { long_tokens, iterations } => self.prefix_protocol(long_tokens, iterations).await,
+            ToWorker::RouteTasks { tasks, head_json } => self.route_tasks(tasks, head_json).await,
             ToWorker::GemmProbe { m, k, n, repeats } => match router::model::gemm_probe(m, k, n, repeats) {
                 Ok(probe) => {
                     post(&FromWorker::GemmProbed { probe });
@@ -334,6 +335,49 @@ impl RouterWorker {
         Ok(())
     }
 
+    /// Routes tasks one at a time with a yield between (the quality
+    /// card's in-browser evaluation), through the same `route_task` the
+    /// native study uses. The router is left without a head.
+    async fn route_tasks(&self, tasks: Vec<wire::TaskPrompt>, head_json: Option<String>) -> Result<(), String> {
+        self.cancel.set(false);
+        let mut loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
+        let outcome = self.route_tasks_with(&mut loaded, tasks, head_json).await;
+        loaded.router.detach_head();
+        *self.loaded.borrow_mut() = Some(loaded);
+        outcome
+    }
+
+    async fn route_tasks_with(&self, loaded: &mut Loaded, tasks: Vec<wire::TaskPrompt>, head_json: Option<String>) -> Result<(), String> {
+        const HEAD_FILE: &str = "the trained head";
+        let head =
+            head_json.map(|json| router::LoadedHead::from_json(json.as_bytes(), HEAD_FILE)).transpose().map_err(|e| e.to_string())?;
+        if let Some(head) = &head {
+            // Refuse a head that does not fit before routing anything.
+            loaded.router.attach_loaded_head(head.clone(), HEAD_FILE).map_err(|e| e.to_string())?;
+            loaded.router.detach_head();
+        }
+        let total = tasks.len();
+        let mut cancelled = false;
+        for (i, task) in tasks.iter().enumerate() {
+            if self.cancel.get() {
+                cancelled = true;
+                break;
+            }
+            let outcome = bench::quality::route::route_task(&mut loaded.router, head.as_ref(), &task.id, &task.prompt)
+                .map_err(|e| format!("task {}: {e}", task.id))?;
+            loaded.calls += 1;
+            post(&FromWorker::TaskRouted { done: i + 1, total, routed: outcome.routed });
+            // Let the Cancel message in; outside the timed calls.
+            gloo_timers::future::TimeoutFuture::new(0).await;
+        }
+        post(&FromWorker::RouteDone {
+            checkpoint_id: loaded.router.backbone_checkpoint_id.clone(),
+            head_id: head.map(|h| h.id),
+            cancelled,
+        });
+        Ok(())
+    }
+
     async fn bench(&self, protocol: Protocol, mode: Option<String>) -> Result<(), String> {
         self.cancel.set(false);
         let mut loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
@@ -408,6 +452,7 @@ impl RouterWorker {
             results: session.into_results(),
             prefix: None,
             truncation: None,
+            quality: None,
         };
         post(&FromWorker::BenchDone { report: Box::new(report), cancelled });
         Ok(())

@@ -69,7 +69,8 @@ pub struct StageTimings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ranked {
     pub id: String,
-    /// Softmax over candidates of cosine similarity / temperature.
+    /// Softmax over candidates of cosine similarity / temperature, or a
+    /// trained head's P(resolve).
     pub score: f32,
     pub cosine: f32,
     pub estimated_cost_usd: f64,
@@ -80,6 +81,10 @@ pub struct Ranked {
 /// The answer of `decide`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
+    /// `similarity` (descriptor cosine, untrained) or the trained head's
+    /// id (`head-…`).
+    #[serde(default = "similarity")]
+    pub scoring: String,
     pub mode: String,
     pub cost_weight: f64,
     /// Best first.
@@ -93,6 +98,31 @@ pub struct Decision {
     /// What a prefix cache gave, when the call used one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<PrefixReuse>,
+}
+
+/// Ranks candidates (in pool order: `ids`, `scores`, `cosines`, `costs`)
+/// by `utility = score − cost_weight × cost / (most expensive cost)`, best
+/// first; ties go to the higher score, then the smaller id. `decide` ranks
+/// with this, and so does any replay of a decision from stored scores.
+pub fn rank(ids: &[&str], scores: &[f32], cosines: &[f32], costs: &[f64], cost_weight: f64) -> Vec<Ranked> {
+    let most = costs.iter().cloned().fold(0.0, f64::max);
+    let mut ranked: Vec<Ranked> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Ranked {
+            id: id.to_string(),
+            score: scores[i],
+            cosine: cosines.get(i).copied().unwrap_or(0.0),
+            estimated_cost_usd: costs[i],
+            utility: scores[i] as f64 - cost_weight * if most > 0.0 { costs[i] / most } else { 0.0 },
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.utility.total_cmp(&a.utility).then(b.score.total_cmp(&a.score)).then(a.id.cmp(&b.id)));
+    ranked
+}
+
+fn similarity() -> String {
+    "similarity".into()
 }
 
 /// Prefix reuse in one call: `tokens_used = reused_tokens + prefilled_tokens`.
@@ -133,4 +163,66 @@ pub struct GemmProbe {
     pub median_ms: f64,
     /// From the best repeat: the attainable rate.
     pub gflops: f64,
+}
+
+/// Which tokens survive when a routing text is longer than
+/// `router_max_tokens` (a leading BOS always stays first).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TruncationSide {
+    /// Cut from the left: keep the latest tokens (the field guide's rule;
+    /// the default).
+    #[default]
+    Left,
+    /// Keep the start: the first tokens, where a task's statement usually is.
+    KeepStart,
+}
+
+impl TruncationSide {
+    pub fn name(self) -> &'static str {
+        match self {
+            TruncationSide::Left => "left",
+            TruncationSide::KeepStart => "keep_start",
+        }
+    }
+}
+
+/// How a text's final hidden states become one feature vector.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pooling {
+    /// Mean over the text's tokens (the BOS left out), L2-normalised: the
+    /// vector the similarity scoring compares.
+    #[default]
+    Mean,
+    /// The last token's state, L2-normalised: in a causal model the only
+    /// position that has read the whole text.
+    Last,
+}
+
+impl Pooling {
+    pub const ALL: [Pooling; 2] = [Pooling::Mean, Pooling::Last];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::Mean => "mean",
+            Pooling::Last => "last",
+        }
+    }
+}
+
+/// Both poolings of one prefill, from the same final hidden states.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PooledFeatures {
+    pub mean: Vec<f32>,
+    pub last: Vec<f32>,
+}
+
+impl PooledFeatures {
+    pub fn get(&self, pooling: Pooling) -> &[f32] {
+        match pooling {
+            Pooling::Mean => &self.mean,
+            Pooling::Last => &self.last,
+        }
+    }
 }

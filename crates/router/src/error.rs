@@ -28,6 +28,9 @@ pub enum RouterError {
     /// The pool file is malformed.
     #[error("{file}: pool: {reason}")]
     Pool { file: String, reason: String },
+    /// The trained head file is malformed or does not fit the router.
+    #[error("{file}: scoring head: {reason}")]
+    Head { file: String, reason: String },
     /// A request the router cannot serve (unknown mode, empty conversation).
     #[error("request: {0}")]
     Request(String),

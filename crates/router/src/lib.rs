@@ -24,6 +24,8 @@ pub mod error;
 #[cfg(feature = "engine")]
 pub mod gguf;
 #[cfg(feature = "engine")]
+pub mod head;
+#[cfg(feature = "engine")]
 pub mod kernels;
 #[cfg(feature = "engine")]
 pub mod model;
@@ -45,9 +47,13 @@ pub mod synthetic;
 pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role, TurnLayout};
-pub use decision::{Decision, FlopModel, GemmProbe, LoadTimings, PrefixReuse, Ranked, Scores, StageTimings};
+pub use decision::{
+    rank, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, Pooling, PrefixReuse, Ranked, Scores, StageTimings, TruncationSide,
+};
 #[cfg(feature = "engine")]
 pub use error::{Result, RouterError};
+#[cfg(feature = "engine")]
+pub use head::{Head, LoadedHead};
 #[cfg(feature = "engine")]
 pub use model::Precision;
 #[cfg(feature = "engine")]

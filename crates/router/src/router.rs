@@ -12,11 +12,14 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use web_time::Instant;
 
-pub use crate::decision::{Decision, FlopModel, GemmProbe, LoadTimings, PrefixReuse, Ranked, Scores, StageTimings};
+pub use crate::decision::{
+    Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, PrefixReuse, Ranked, Scores, StageTimings, TruncationSide,
+};
 
 use crate::conversation::Conversation;
 use crate::error::{Result, RouterError};
 use crate::gguf::Checkpoint;
+use crate::head::LoadedHead;
 use crate::model::{Backbone, Precision};
 use crate::pool::Pool;
 use crate::prefix::{Namespace, PrefixCache};
@@ -38,6 +41,9 @@ pub struct RouterConfig {
     /// S − 1 fewer tokens. See ARCHITECTURE.md, "Prefix reuse and its limits".
     #[serde(default = "one")]
     pub truncation_step: usize,
+    /// Which tokens a cut keeps: the latest (default) or the first.
+    #[serde(default)]
+    pub truncation: TruncationSide,
     /// Softmax temperature over cosine similarities.
     pub temperature: f32,
     pub precision: Precision,
@@ -45,7 +51,13 @@ pub struct RouterConfig {
 
 impl Default for RouterConfig {
     fn default() -> Self {
-        RouterConfig { max_tokens: DEFAULT_MAX_TOKENS, truncation_step: 1, temperature: 0.05, precision: Precision::DequantizedF32 }
+        RouterConfig {
+            max_tokens: DEFAULT_MAX_TOKENS,
+            truncation_step: 1,
+            truncation: TruncationSide::Left,
+            temperature: 0.05,
+            precision: Precision::DequantizedF32,
+        }
     }
 }
 
@@ -72,7 +84,12 @@ pub struct Router {
     pub tokenizer: RouterTokenizer,
     pub pool: Pool,
     pub config: RouterConfig,
+    /// The GGUF's id, then `+head-…` when a trained head scores.
     pub checkpoint_id: String,
+    /// The GGUF's own id (what a head must have been trained on).
+    pub backbone_checkpoint_id: String,
+    /// A trained scoring head; `None` scores by descriptor similarity.
+    pub head: Option<LoadedHead>,
     /// Names the tokenizer for the prefix cache's namespace: `gguf` (built
     /// from the checkpoint's own metadata) or `json-` and 8 hex digits of
     /// the tokenizer.json's SHA-256.
@@ -133,26 +150,54 @@ impl Router {
             pool,
             config,
             checkpoint_id: checkpoint.id.clone(),
+            backbone_checkpoint_id: checkpoint.id.clone(),
+            head: None,
             tokenizer_id,
             weight_type: checkpoint.weight_type.clone(),
             load_timings: LoadTimings { weights_ms, tokenizer_ms, descriptors_ms: 0.0, descriptor_flops: 0.0 },
             descriptor_matrix: Vec::new(),
         };
+        router.embed_descriptors(progress)?;
+        Ok(router)
+    }
+
+    /// Encodes every candidate descriptor (truncated like a routing text)
+    /// into the stacked matrix, timing it into the load timings.
+    fn embed_descriptors(&mut self, progress: &mut dyn FnMut(&str, usize, usize)) -> Result<()> {
         let started = Instant::now();
-        let count = router.pool.candidates.len();
+        let count = self.pool.candidates.len();
         let mut rows = Vec::with_capacity(count);
-        let flops = router.backbone.hparams.flop_model();
+        let flops = self.backbone.hparams.flop_model();
         let mut descriptor_flops = 0.0;
-        for (i, candidate) in router.pool.candidates.iter().enumerate() {
+        for (i, candidate) in self.pool.candidates.iter().enumerate() {
             progress("descriptors", i, count);
-            let (row, used) = router.embed_text(&candidate.descriptor)?;
+            let (row, used) = self.embed_text(&candidate.descriptor)?;
             rows.push(row);
             descriptor_flops += flops.prefill(used);
         }
-        router.load_timings.descriptor_flops = descriptor_flops;
-        router.descriptor_matrix = rows.concat();
-        router.load_timings.descriptors_ms = ms(started);
-        Ok(router)
+        self.load_timings.descriptor_flops = descriptor_flops;
+        self.descriptor_matrix = rows.concat();
+        self.load_timings.descriptors_ms = ms(started);
+        Ok(())
+    }
+
+    /// Changes `router_max_tokens` and the truncation side, and encodes the
+    /// descriptors again under them (as a fresh load would). A head trained
+    /// for other settings is detached.
+    pub fn retruncate(&mut self, max_tokens: usize, side: TruncationSide) -> Result<()> {
+        let room = max_tokens.saturating_sub(self.tokenizer.leading());
+        if room == 0 || self.config.truncation_step >= room.max(2) {
+            return Err(RouterError::Request(format!(
+                "router_max_tokens = {max_tokens} leaves no room for text with truncation step {}",
+                self.config.truncation_step
+            )));
+        }
+        self.config.max_tokens = max_tokens;
+        self.config.truncation = side;
+        if self.head.as_ref().is_some_and(|h| (h.head.router_max_tokens, h.head.truncation) != (max_tokens, side)) {
+            self.detach_head();
+        }
+        self.embed_descriptors(&mut |_, _, _| {})
     }
 
     /// The embedding of a plain text, truncated like a routing text, and
@@ -162,21 +207,23 @@ impl Router {
         Ok((self.backbone.embed(&kept, self.tokenizer.leading())?, kept.len()))
     }
 
-    /// Left truncation to `max_tokens`: the leading BOS (when the model
-    /// expects one) stays first, then the text's latest tokens, cut where
-    /// a multiple of `truncation_step` text tokens ends. Fails when no text
-    /// token is left.
+    /// Truncation to `max_tokens`: the leading BOS (when the model expects
+    /// one) stays first, then the text's latest tokens, cut where a
+    /// multiple of `truncation_step` text tokens ends (or, keeping the
+    /// start, its first tokens). Fails when no text token is left.
     fn truncate(&self, ids: &[u32]) -> Result<Vec<u32>> {
         let lead = self.tokenizer.leading().min(ids.len());
         let text = ids.len() - lead;
         let room = self.config.max_tokens.saturating_sub(lead);
         let keep = match text.checked_sub(room) {
-            Some(over) if over > 0 => {
+            Some(over) if over > 0 && self.config.truncation == TruncationSide::Left => {
                 // Round the cut up to the step's grid: the start moves only
                 // when the text passes the next multiple.
                 let step = self.config.truncation_step.max(1);
                 text - over.div_ceil(step).saturating_mul(step).min(text)
             }
+            // Keeping the start cuts at the end, where no grid applies.
+            Some(over) if over > 0 => room,
             _ => text,
         };
         if keep == 0 {
@@ -186,13 +233,19 @@ impl Router {
                 format!("router_max_tokens = {} leaves no room for text after the BOS token", self.config.max_tokens)
             }));
         }
-        Ok(ids[..lead].iter().chain(&ids[ids.len() - keep..]).copied().collect())
+        let kept = match self.config.truncation {
+            TruncationSide::Left => &ids[ids.len() - keep..],
+            TruncationSide::KeepStart => &ids[lead..lead + keep],
+        };
+        Ok(ids[..lead].iter().chain(kept).copied().collect())
     }
 
     /// The namespace this router's states belong to in a prefix cache.
     pub fn namespace(&self) -> Namespace {
+        // The backbone's id, not the scoring's: a head does not change the
+        // states, so decisions with and without it share cached prefixes.
         Namespace {
-            checkpoint_id: self.checkpoint_id.clone(),
+            checkpoint_id: self.backbone_checkpoint_id.clone(),
             precision: self.config.precision.name().to_string(),
             tokenizer_id: self.tokenizer_id.clone(),
             max_tokens: self.config.max_tokens,
@@ -203,7 +256,12 @@ impl Router {
     /// With a cache, the prefill looks up the longest held prefix of the
     /// kept tokens, prefills only the rest after it, and inserts the rest's
     /// state (lookup and insert timed on their own).
-    fn encode_and_score_into(&self, routing_text: &str, t: &mut StageTimings, cache: Option<&mut PrefixCache>) -> Result<Scores> {
+    fn encode_and_score_into(
+        &self,
+        routing_text: &str,
+        t: &mut StageTimings,
+        cache: Option<&mut PrefixCache>,
+    ) -> Result<(Scores, PooledFeatures)> {
         let started = Instant::now();
         let ids = self.tokenizer.encode(routing_text)?;
         t.tokenize_ms = ms(started);
@@ -221,12 +279,13 @@ impl Router {
 
         let hidden = self.backbone.hparams.hidden;
         let lead = self.tokenizer.leading();
-        let (query, prefix) = match cache {
+        let (state, prefix) = match cache {
             None => {
                 let started = Instant::now();
-                let query = self.backbone.embed(kept, lead)?;
+                let mut state = crate::segment::KvState::default();
+                state.push(SegmentView::whole(Arc::new(self.backbone.prefill(&state, kept)?)));
                 t.prefill_ms = ms(started);
-                (query, None)
+                (state, None)
             }
             Some(cache) => {
                 let started = Instant::now();
@@ -254,7 +313,6 @@ impl Router {
                     cache.insert(kept, lookup, segment);
                     t.insert_ms = ms(started);
                 }
-                let query = state.mean_embedding(hidden, lead);
                 let reuse = PrefixReuse {
                     reused_tokens: reused,
                     prefilled_tokens: suffix.len(),
@@ -262,9 +320,16 @@ impl Router {
                     cache_bytes: cache.bytes_held(),
                     evictions_total: cache.stats().evictions,
                 };
-                (query, Some(reuse))
+                (state, Some(reuse))
             }
         };
+        // Both poolings come from the same final hidden states (timed with
+        // the prefill that wrote them); the mean is the query the
+        // similarity scoring compares.
+        let started = Instant::now();
+        let pooled = PooledFeatures { mean: state.mean_embedding(hidden, lead), last: state.last_embedding(hidden) };
+        t.prefill_ms += ms(started);
+        let query = &pooled.mean;
 
         // The stacked matrix is built once per pool load; per call this stage
         // only takes it and checks it fits the query.
@@ -274,10 +339,14 @@ impl Router {
         t.stack_ms = ms(started);
 
         let started = Instant::now();
-        let cosines: Vec<f32> = matrix.chunks_exact(hidden).map(|row| row.iter().zip(&query).map(|(a, b)| a * b).sum()).collect();
-        let scores = softmax(&cosines, self.config.temperature);
+        let cosines: Vec<f32> = matrix.chunks_exact(hidden).map(|row| row.iter().zip(query).map(|(a, b)| a * b).sum()).collect();
+        let scores = match &self.head {
+            Some(head) => head.probabilities(pooled.get(head.head.pooling)),
+            None => softmax(&cosines, self.config.temperature),
+        };
         t.score_ms = ms(started);
-        Ok(Scores { scores, cosines, tokens_total: total, tokens_used: keep, truncated: keep < total, timings: *t, prefix })
+        let scores = Scores { scores, cosines, tokens_total: total, tokens_used: keep, truncated: keep < total, timings: *t, prefix };
+        Ok((scores, pooled))
     }
 
     /// The microbenchmark boundary: encode a routing text and score the
@@ -285,14 +354,14 @@ impl Router {
     pub fn encode_and_score(&self, routing_text: &str) -> Result<Scores> {
         let started = Instant::now();
         let mut t = StageTimings::default();
-        let mut scores = self.encode_and_score_into(routing_text, &mut t, None)?;
+        let (mut scores, _) = self.encode_and_score_into(routing_text, &mut t, None)?;
         scores.timings.total_ms = ms(started);
         Ok(scores)
     }
 
     /// The complete routing call, prefilling every kept token.
     pub fn decide(&self, conversation: &Conversation, mode: Option<&str>) -> Result<Decision> {
-        self.decide_in(conversation, mode, None)
+        Ok(self.decide_in(conversation, mode, None)?.0)
     }
 
     /// The complete routing call with prefix reuse: the longest prefix of
@@ -300,17 +369,76 @@ impl Router {
     /// rest is added to it. Rankings equal `decide`'s; scores agree to
     /// float rounding (summation order differs where a prefix is reused).
     pub fn decide_with_cache(&self, conversation: &Conversation, mode: Option<&str>, cache: &mut PrefixCache) -> Result<Decision> {
-        self.decide_in(conversation, mode, Some(cache))
+        Ok(self.decide_in(conversation, mode, Some(cache))?.0)
     }
 
-    fn decide_in(&self, conversation: &Conversation, mode: Option<&str>, cache: Option<&mut PrefixCache>) -> Result<Decision> {
+    /// [`Router::decide`] (with a prefix cache when given one), also
+    /// returning the pooled final hidden states the scores came from: the
+    /// features a scoring head is trained on, from the same prefill.
+    pub fn decide_with_features(
+        &self,
+        conversation: &Conversation,
+        mode: Option<&str>,
+        cache: Option<&mut PrefixCache>,
+    ) -> Result<(Decision, PooledFeatures)> {
+        self.decide_in(conversation, mode, cache)
+    }
+
+    /// Attaches a trained scoring head (a head file's bytes; `file` names it
+    /// in errors). From then on scores are its P(resolve), costs its
+    /// recorded means, each mode's λ its own, and the checkpoint id names
+    /// it. The head must have been trained on this GGUF, this pool, and
+    /// this `router_max_tokens` and truncation side.
+    pub fn attach_head(&mut self, bytes: &[u8], file: &str) -> Result<()> {
+        self.attach_loaded_head(LoadedHead::from_json(bytes, file)?, file)
+    }
+
+    /// [`Router::attach_head`] for a head already read (`file` names it in errors).
+    pub fn attach_loaded_head(&mut self, head: LoadedHead, file: &str) -> Result<()> {
+        let ids: Vec<&str> = self.pool.candidates.iter().map(|c| c.id.as_str()).collect();
+        let modes: Vec<&str> = self.pool.modes.keys().map(String::as_str).collect();
+        head.check_fits(file, self.backbone.hparams.hidden, &ids, &modes)?;
+        let bad = |reason: String| RouterError::Head { file: file.to_string(), reason };
+        if head.head.backbone_checkpoint_id != self.backbone_checkpoint_id {
+            return Err(bad(format!(
+                "trained on checkpoint {}, this router runs {}",
+                head.head.backbone_checkpoint_id, self.backbone_checkpoint_id
+            )));
+        }
+        if (head.head.router_max_tokens, head.head.truncation) != (self.config.max_tokens, self.config.truncation) {
+            return Err(bad(format!(
+                "trained on features truncated to {} tokens ({}), this router keeps {} ({})",
+                head.head.router_max_tokens,
+                head.head.truncation.name(),
+                self.config.max_tokens,
+                self.config.truncation.name()
+            )));
+        }
+        self.checkpoint_id = format!("{}+{}", self.backbone_checkpoint_id, head.id);
+        self.head = Some(head);
+        Ok(())
+    }
+
+    /// Scores by descriptor similarity again (the untrained scoring).
+    pub fn detach_head(&mut self) {
+        self.head = None;
+        self.checkpoint_id = self.backbone_checkpoint_id.clone();
+    }
+
+    fn decide_in(
+        &self,
+        conversation: &Conversation,
+        mode: Option<&str>,
+        cache: Option<&mut PrefixCache>,
+    ) -> Result<(Decision, PooledFeatures)> {
         let call = Instant::now();
         let mut t = StageTimings::default();
 
         let started = Instant::now();
         let mode_name = mode.map(str::trim).filter(|m| !m.is_empty()).unwrap_or(&self.pool.default_mode).to_string();
         let cost_weight = match self.pool.modes.get(&mode_name) {
-            Some(m) => m.cost_weight,
+            // A head carries its own λ per mode (checked at attach).
+            Some(m) => self.head.as_ref().and_then(|h| h.head.modes.get(&mode_name).copied()).unwrap_or(m.cost_weight),
             None => {
                 return Err(RouterError::Request(format!(
                     "unknown mode `{mode_name}` (the pool has: {})",
@@ -327,36 +455,32 @@ impl Router {
         let routing_text = conversation.routing_text(self.tokenizer.layout);
         t.assemble_ms = ms(started);
 
-        let scores = self.encode_and_score_into(&routing_text, &mut t, cache)?;
+        let (scores, pooled) = self.encode_and_score_into(&routing_text, &mut t, cache)?;
 
         let started = Instant::now();
-        let costs: Vec<f64> = self
-            .pool
-            .candidates
-            .iter()
-            .map(|c| (scores.tokens_total as f64 * c.price_per_1m_input + c.expected_output_tokens as f64 * c.price_per_1m_output) / 1e6)
-            .collect();
-        let most = costs.iter().cloned().fold(0.0, f64::max);
+        let costs: Vec<f64> = match &self.head {
+            // What the candidate spent per task on the head's training data.
+            Some(head) => head.head.candidates.iter().map(|c| c.mean_cost_usd).collect(),
+            // One call's price: the routing text in, the expected answer out.
+            None => self
+                .pool
+                .candidates
+                .iter()
+                .map(|c| {
+                    (scores.tokens_total as f64 * c.price_per_1m_input + c.expected_output_tokens as f64 * c.price_per_1m_output) / 1e6
+                })
+                .collect(),
+        };
         t.cost_ms = ms(started);
 
         let started = Instant::now();
-        let mut ranked: Vec<Ranked> = self
-            .pool
-            .candidates
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Ranked {
-                id: c.id.clone(),
-                score: scores.scores[i],
-                cosine: scores.cosines[i],
-                estimated_cost_usd: costs[i],
-                utility: scores.scores[i] as f64 - cost_weight * if most > 0.0 { costs[i] / most } else { 0.0 },
-            })
-            .collect();
-        ranked.sort_by(|a, b| b.utility.total_cmp(&a.utility).then(b.score.total_cmp(&a.score)).then(a.id.cmp(&b.id)));
+        let ids: Vec<&str> = self.pool.candidates.iter().map(|c| c.id.as_str()).collect();
+        let ranked = crate::decision::rank(&ids, &scores.scores, &scores.cosines, &costs, cost_weight);
         t.rank_ms = ms(started);
         t.total_ms = ms(call);
-        Ok(Decision {
+        let scoring = self.head.as_ref().map_or_else(|| "similarity".to_string(), |h| h.id.clone());
+        let decision = Decision {
+            scoring,
             mode: mode_name,
             cost_weight,
             ranked,
@@ -365,7 +489,8 @@ impl Router {
             truncated: scores.truncated,
             timings: t,
             prefix: scores.prefix,
-        })
+        };
+        Ok((decision, pooled))
     }
 
     /// The precision, for reports (`Q4_1 weights dequantized to f32 …`).

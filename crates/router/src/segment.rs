@@ -184,6 +184,16 @@ impl KvState {
         }
     }
 
+    /// The last token's final hidden state, L2-normalised (zeros for an
+    /// empty sequence).
+    pub fn last_embedding(&self, hidden: usize) -> Vec<f32> {
+        let Some(view) = self.views.last() else { return vec![0.0; hidden] };
+        let last = view.rows.end - 1;
+        let row = view.segment.hidden(last..last + 1);
+        let norm = row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt().max(1e-12);
+        row.iter().map(|&x| (x as f64 / norm) as f32).collect()
+    }
+
     /// The pooled embedding of the sequence after its first `skip` tokens:
     /// the mean of their final hidden states (summed in token order, in
     /// f64), L2-normalised.

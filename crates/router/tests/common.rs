@@ -31,3 +31,18 @@ pub const GEMMA3_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 pub fn pool_yaml() -> Vec<u8> {
     std::fs::read(workspace().join("configs/pool.coderouterbench.yaml")).expect("default pool file")
 }
+
+/// The bundled SmolLM2 checkpoint with the default pool, loaded with `config`.
+pub fn smollm2_router(config: router::RouterConfig) -> router::Router {
+    let gguf = smollm2();
+    let pool = pool_yaml();
+    let assets = router::RouterAssets {
+        gguf: &gguf,
+        gguf_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256: None,
+        tokenizer_json: None,
+        pool_yaml: &pool,
+        pool_name: "pool.coderouterbench.yaml",
+    };
+    router::Router::load(&assets, config).unwrap()
+}

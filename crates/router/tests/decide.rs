@@ -5,17 +5,7 @@ mod common;
 use router::{Conversation, Router, RouterAssets, RouterConfig};
 
 fn router(config: RouterConfig) -> Router {
-    let gguf = common::smollm2();
-    let pool = common::pool_yaml();
-    let assets = RouterAssets {
-        gguf: &gguf,
-        gguf_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
-        gguf_sha256: None,
-        tokenizer_json: None,
-        pool_yaml: &pool,
-        pool_name: "pool.coderouterbench.yaml",
-    };
-    Router::load(&assets, config).unwrap()
+    common::smollm2_router(config)
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! beside the JSON (see [`FILE_FIELD`]), not through this codec.
 
 use bench::prefix::PrefixReport;
+use bench::quality::RoutedTask;
 use bench::report::{Provenance, Report};
 use bench::tasks::Task;
 use router::{Conversation, Decision, FlopModel, GemmProbe, LoadTimings};
@@ -100,10 +101,26 @@ pub enum ToWorker {
         n: usize,
         repeats: usize,
     },
+    /// Route these tasks through `decide` in every mode: with the
+    /// similarity scoring, then with the trained head in `head_json` (a
+    /// head file's text) when given. One `TaskRouted` per task; Cancel
+    /// stops between tasks.
+    RouteTasks {
+        tasks: Vec<TaskPrompt>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        head_json: Option<String>,
+    },
     /// Report storage use and quota.
     Storage,
     /// Delete the cached checkpoint.
     ClearCache,
+}
+
+/// A task to route: its id (to look its outcomes up) and prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskPrompt {
+    pub id: String,
+    pub prompt: String,
 }
 
 /// What the worker is doing when something fails.
@@ -252,6 +269,20 @@ pub enum FromWorker {
     /// What the prefix protocol measured (partial when cancelled).
     PrefixDone {
         report: Box<PrefixReport>,
+        cancelled: bool,
+    },
+    /// One more task of a `RouteTasks` was routed.
+    TaskRouted {
+        done: usize,
+        total: usize,
+        routed: RoutedTask,
+    },
+    /// A `RouteTasks` ended (early when cancelled); the ids name the
+    /// checkpoint and head its decisions came from.
+    RouteDone {
+        checkpoint_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        head_id: Option<String>,
         cancelled: bool,
     },
     Failed {

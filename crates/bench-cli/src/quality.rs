@@ -1,0 +1,288 @@
+//! `bench-decide --quality`: the shell around `bench::quality`. It reads the
+//! data files and the router's, routes every task (at the main setting and,
+//! with `--truncation-sweep`, at every other), runs the cross-validations
+//! on as many threads as seeds allow, and writes the report and the head.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use bench::quality::{self, route, CvSettings, Dataset, Family, PolicyRow, QualityStudy, SeedOutcome, Subset};
+use bench::report::{ProtocolRecord, Provenance, Report, SCHEMA};
+use bench_cli::{read, Loaded, RouterFlags};
+use router::{Router, TruncationSide};
+
+#[derive(clap::Args, Debug)]
+pub struct QualityFlags {
+    /// OOD176 tasks (JSON lines with `task_id`, `source_split`, `bench`, `prompt`).
+    #[arg(long, default_value = "data/coderouterbench/ood176_tasks.jsonl")]
+    tasks: PathBuf,
+    /// OOD176 outcomes, one row per task × model.
+    #[arg(long, default_value = "data/coderouterbench/ood176_results_long.csv")]
+    results: PathBuf,
+    /// Where to write the head trained on all tasks (its digest joins the checkpoint id).
+    #[arg(long, default_value = "reports/head.smollm2-135m.json")]
+    head_out: PathBuf,
+    /// Seeds of the outer cross-validation.
+    #[arg(long, default_value_t = 5)]
+    seeds: u64,
+    /// Also evaluate at these router_max_tokens, cutting from the left and keeping the start.
+    #[arg(long, value_delimiter = ',')]
+    truncation_sweep: Vec<usize>,
+    /// Only the first N tasks (a quick look; numbers are then not OOD176's).
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+/// Runs one cross-validation per seed on its own thread.
+fn cross_validate(
+    data: &Dataset,
+    kernels_for: &(dyn Fn(&[usize]) -> quality::KernelSet + Sync),
+    settings: &CvSettings,
+) -> Vec<SeedOutcome> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = settings
+            .seeds
+            .iter()
+            .map(|&seed| scope.spawn(move || quality::cross_validate_seed(data, kernels_for, settings, seed)))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a cross-validation thread panicked")).collect()
+    })
+}
+
+/// The routed features, as the CV reads them.
+fn pooled(routed: &route::Routed) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    (routed.features.iter().map(|f| f.mean.clone()).collect(), routed.features.iter().map(|f| f.last.clone()).collect())
+}
+
+fn route_logged(router: &mut Router, data: &Dataset, label: &str) -> Result<route::Routed> {
+    let tasks: Vec<&quality::Task> = data.tasks.iter().collect();
+    let mut last = usize::MAX;
+    let routed = route::route_all(router, &tasks, &mut |done, total| {
+        if done * 10 / total.max(1) != last {
+            last = done * 10 / total.max(1);
+            eprintln!("bench-decide --quality: {label}: {done}/{total} tasks routed");
+        }
+    })?;
+    Ok(routed)
+}
+
+fn similarity_choices(routed: &route::Routed, mode: usize) -> Vec<usize> {
+    routed.top.iter().map(|t| t[mode]).collect()
+}
+
+pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
+    let started_unix_ms = bench_cli::unix_ms_now();
+    let Loaded { mut router, checkpoint_file } = flags.load()?;
+    let models: Vec<&str> = router.pool.candidates.iter().map(|c| c.id.as_str()).collect();
+    let text = |path: &Path, what: &str| -> Result<String> {
+        String::from_utf8(read(path, what)?).with_context(|| format!("{what} {}: not UTF-8", path.display()))
+    };
+    let (tasks_text, results_text) = (text(&q.tasks, "--tasks")?, text(&q.results, "--results")?);
+    let mut data = Dataset::parse(&tasks_text, &q.tasks.display().to_string(), &results_text, &q.results.display().to_string(), &models)?;
+    if let Some(limit) = q.limit {
+        if limit < 20 {
+            bail!("--limit {limit}: cross-validation needs at least 20 tasks");
+        }
+        data = data.restricted(&(0..limit.min(data.tasks.len())).collect::<Vec<_>>());
+    }
+    if q.seeds == 0 {
+        bail!("--seeds 0: give at least one seed");
+    }
+    let settings = CvSettings { seeds: (0..q.seeds).collect(), ..CvSettings::default() };
+    let main_setting = (router.config.max_tokens, router.config.truncation);
+
+    eprintln!("bench-decide --quality: {} tasks × {} models; routing each through decide", data.tasks.len(), models.len());
+    let routed = route_logged(&mut router, &data, "main setting")?;
+    let (mean, last) = pooled(&routed);
+    let texts: Vec<&str> = data.tasks.iter().map(|t| t.prompt.as_str()).collect();
+
+    eprintln!("bench-decide --quality: nested cross-validation of the head ({} seeds × {} folds)", settings.seeds.len(), settings.folds);
+    let head_cv = cross_validate(&data, &|train: &[usize]| route::hidden_kernels(&mean, &last, train), &settings);
+    eprintln!("bench-decide --quality: nested cross-validation of TF-IDF + logistic regression");
+    let tfidf_cv =
+        cross_validate(&data, &|train: &[usize]| vec![("tfidf".to_string(), quality::learn::tfidf_kernel(&texts, train))], &settings);
+
+    let mut rows = Vec::new();
+    for subset in Subset::ALL {
+        rows.extend(quality::baseline_rows(&data, subset));
+        for (m, mode) in routed.modes.iter().enumerate() {
+            rows.push(quality::policy_row(
+                &data,
+                subset,
+                &format!("router, similarity scoring, {mode}"),
+                Family::Untrained,
+                &[similarity_choices(&routed, m)],
+            ));
+        }
+        for (m, (mode, _)) in quality::MODES.iter().enumerate() {
+            let per_seed: Vec<Vec<usize>> = head_cv.iter().map(|o| o.by_mode[m].clone()).collect();
+            rows.push(quality::policy_row(&data, subset, &format!("router, trained head (CV), {mode}"), Family::Trained, &per_seed));
+        }
+        for (m, (mode, _)) in quality::MODES.iter().enumerate() {
+            let per_seed: Vec<Vec<usize>> = tfidf_cv.iter().map(|o| o.by_mode[m].clone()).collect();
+            rows.push(quality::policy_row(
+                &data,
+                subset,
+                &format!("TF-IDF + logistic regression (CV), {mode}"),
+                Family::Trained,
+                &per_seed,
+            ));
+        }
+    }
+    let similarity_curve = quality::Curve {
+        policy: "router, similarity scoring".into(),
+        points: settings
+            .lambdas
+            .iter()
+            .map(|&lambda| {
+                let choices: Vec<usize> = routed.scores.iter().zip(&routed.costs).map(|(p, c)| quality::pick(p, c, lambda)).collect();
+                let t = quality::totals(&data, &choices, &data.indices(Subset::All));
+                quality::CurvePoint { lambda, resolved: quality::Stat::exact(t.resolved), cost_usd: quality::Stat::exact(t.cost_usd) }
+            })
+            .collect(),
+    };
+    let curves = vec![
+        quality::cv_curve(&data, "router, trained head (CV)", &head_cv, &settings.lambdas),
+        quality::cv_curve(&data, "TF-IDF + logistic regression (CV)", &tfidf_cv, &settings.lambdas),
+        similarity_curve,
+    ];
+
+    // The deployable head, trained on every task, then checked by loading it.
+    let trained_on = format!("{} tasks of CodeRouterBench OOD176 ({} failed runs as recorded)", data.tasks.len(), data.failed_runs());
+    let head = route::train_head(&router, &data, &routed.features, &settings, &trained_on);
+    let head_bytes = serde_json::to_vec_pretty(&head)?;
+    if let Some(dir) = q.head_out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("--head-out {}", q.head_out.display()))?;
+    }
+    std::fs::write(&q.head_out, &head_bytes).with_context(|| format!("--head-out {}", q.head_out.display()))?;
+    let head_file = q.head_out.display().to_string();
+    // Read back and attached as a user would, so a head that does not fit fails here.
+    let loaded_head = router::LoadedHead::from_json(&head_bytes, &head_file)?;
+    router.attach_loaded_head(loaded_head.clone(), &head_file)?;
+    router.detach_head();
+    let head_record = quality::HeadRecord { id: loaded_head.id.clone(), file: head_file, trained_on: head.trained_on.clone() };
+    let per_task: Vec<quality::RoutedTask> = routed
+        .tasks
+        .iter()
+        .zip(&routed.features)
+        .map(|(task, features)| quality::RoutedTask { head_top: route::head_tops(&loaded_head, features, &routed.modes), ..task.clone() })
+        .collect();
+
+    // The truncation trade-off: every other setting routed anew.
+    let mut truncation = Vec::new();
+    let mut sweep: Vec<(usize, TruncationSide)> =
+        q.truncation_sweep.iter().flat_map(|&l| [(l, TruncationSide::Left), (l, TruncationSide::KeepStart)]).collect();
+    sweep.dedup();
+    for (max_tokens, side) in sweep {
+        let routed_here = if (max_tokens, side) == main_setting {
+            routed.clone()
+        } else {
+            router.retruncate(max_tokens, side).with_context(|| format!("--truncation-sweep {max_tokens}"))?;
+            route_logged(&mut router, &data, &format!("{max_tokens} tokens, {}", side.name()))?
+        };
+        let (mean_here, last_here) = if (max_tokens, side) == main_setting { (mean.clone(), last.clone()) } else { pooled(&routed_here) };
+        let cv = cross_validate(&data, &|train: &[usize]| route::hidden_kernels(&mean_here, &last_here, train), &settings);
+        let default_mode = router.pool.modes.keys().position(|m| *m == router.pool.default_mode).unwrap_or(0);
+        let rows_here: Vec<PolicyRow> = vec![
+            quality::policy_row(
+                &data,
+                Subset::All,
+                &format!("similarity, {}", router.pool.default_mode),
+                Family::Untrained,
+                &[similarity_choices(&routed_here, default_mode)],
+            ),
+            quality::policy_row(
+                &data,
+                Subset::All,
+                "head (CV), quality",
+                Family::Trained,
+                &cv.iter().map(|o| o.by_mode[0].clone()).collect::<Vec<_>>(),
+            ),
+            quality::policy_row(
+                &data,
+                Subset::All,
+                "head (CV), balanced",
+                Family::Trained,
+                &cv.iter().map(|o| o.by_mode[1].clone()).collect::<Vec<_>>(),
+            ),
+        ];
+        truncation.push(quality::TruncationPoint {
+            max_tokens,
+            side,
+            tokens_used_mean: routed_here.tokens_used.iter().sum::<usize>() as f64 / routed_here.tokens_used.len().max(1) as f64,
+            decide: bench::Summary::of(&routed_here.decide_ms),
+            rows: rows_here,
+        });
+    }
+    router.retruncate(main_setting.0, main_setting.1)?;
+
+    let study = QualityStudy {
+        dataset: format!("CodeRouterBench OOD176 (MIT): {} and {}", q.tasks.display(), q.results.display()),
+        tasks: data.tasks.len(),
+        failed_runs: data.failed_runs(),
+        failed_run_rule: quality::FAILED_RUN_RULE.into(),
+        cv: settings.clone(),
+        modes: quality::MODES.iter().map(|(m, d)| (m.to_string(), d.to_string())).collect(),
+        rows,
+        curves,
+        chosen: vec![
+            ("trained head".into(), quality::chosen_summary(&head_cv)),
+            ("TF-IDF + logistic regression".into(), quality::chosen_summary(&tfidf_cv)),
+        ],
+        decide: bench::Summary::of(&routed.decide_ms),
+        router_max_tokens: main_setting.0,
+        truncation_side: main_setting.1,
+        head: Some(head_record),
+        truncation,
+        published_note: quality::PUBLISHED_NOTE.into(),
+        per_task,
+    };
+    let mut report = Report {
+        schema: SCHEMA.into(),
+        environment: bench_cli::native_environment(started_unix_ms),
+        provenance: Provenance::of(&router, &checkpoint_file),
+        protocol: ProtocolRecord { lengths: Vec::new(), warmup: 0, iterations: 0, prompts_source: q.tasks.display().to_string() },
+        load: router.load_timings,
+        results: Vec::new(),
+        prefix: None,
+        truncation: None,
+        quality: None,
+    };
+    report.set_quality(&study);
+    bench_cli::write_report(out, &report)?;
+    // Printed from the report as written, so what is shown is what was stored.
+    let study = report.quality().expect("set above").map_err(anyhow::Error::msg)?;
+    let study = &study;
+    let figure = |suffix: &str, svg: String| -> Result<PathBuf> {
+        let path = out.with_extension(suffix);
+        std::fs::write(&path, svg).with_context(|| format!("{}", path.display()))?;
+        Ok(path)
+    };
+    let curves = figure("cost-quality.svg", study.cost_quality_svg())?;
+    let trade_off = if study.truncation.is_empty() { None } else { Some(figure("truncation.svg", study.truncation_svg())?) };
+    println!("{}", study.table());
+    for verdict in study.verdicts() {
+        println!("- {verdict}");
+    }
+    println!("figures: {}{}", curves.display(), trade_off.map_or(String::new(), |p| format!(", {}", p.display())));
+    if let Some(d) = study.decide {
+        println!(
+            "decide (prefilling call per task, {} tasks): p50 {}, p95 {}",
+            d.n,
+            bench::report::format_ms(d.p50),
+            bench::report::format_ms(d.p95)
+        );
+    }
+    println!(
+        "head {} written to {} ({})\nwrote {}",
+        head_record_id(study),
+        q.head_out.display(),
+        study.head.as_ref().map_or("", |h| h.trained_on.as_str()),
+        out.display()
+    );
+    Ok(())
+}
+
+fn head_record_id(study: &QualityStudy) -> &str {
+    study.head.as_ref().map_or("—", |h| h.id.as_str())
+}

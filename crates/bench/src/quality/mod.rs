@@ -1,0 +1,875 @@
+//! Routing quality next to routing latency: CodeRouterBench OOD176 routed
+//! through the real `decide`, scored against the recorded outcomes, beside
+//! the baselines computed from the same files (oracle, each always-X,
+//! random, cheapest) and a trained head evaluated by nested
+//! cross-validation (no task is ever scored by a model that saw it, and
+//! every setting is chosen inside the training folds).
+//!
+//! Pure: callers pass the data's text and the features their prefills
+//! produced; nothing here reads a file or a clock.
+
+pub mod data;
+pub mod learn;
+pub mod plot;
+#[cfg(feature = "engine")]
+pub mod route;
+
+use serde::{Deserialize, Serialize};
+
+pub use data::{Cell, DataError, Dataset, Subset, Task};
+use learn::{Fit, Kernel};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Mean and standard deviation over seeds (std 0 for one value).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stat {
+    pub mean: f64,
+    pub std: f64,
+}
+
+impl Stat {
+    pub fn of(values: &[f64]) -> Stat {
+        let n = values.len().max(1) as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = if values.len() > 1 { values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0) } else { 0.0 };
+        Stat { mean, std: var.sqrt() }
+    }
+
+    pub fn exact(v: f64) -> Stat {
+        Stat { mean: v, std: 0.0 }
+    }
+}
+
+/// Totals of one assignment of tasks to models.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub resolved: f64,
+    /// Recorded costs (a failed run at $0).
+    pub cost_usd: f64,
+    /// A failed run at its model's mean cost.
+    pub cost_usd_imputed: f64,
+}
+
+/// The totals of `choices` (a model per task, in the dataset's order) over `tasks`.
+pub fn totals(data: &Dataset, choices: &[usize], tasks: &[usize]) -> Totals {
+    let mut out = Totals::default();
+    for &t in tasks {
+        let m = choices[t];
+        let cell = data.cells[t][m];
+        out.resolved += cell.resolved as u8 as f64;
+        out.cost_usd += cell.cost_usd;
+        out.cost_usd_imputed += data.imputed_cost[t][m];
+    }
+    out
+}
+
+/// Per task, the cheapest model (by recorded cost) that resolved it, or,
+/// where none did, the cheapest model outright.
+pub fn oracle_choices(data: &Dataset) -> Vec<usize> {
+    data.cells
+        .iter()
+        .map(|row| {
+            let cheapest = |resolved_only: bool| {
+                (0..row.len()).filter(|&m| !resolved_only || row[m].resolved).min_by(|&a, &b| row[a].cost_usd.total_cmp(&row[b].cost_usd))
+            };
+            cheapest(true).or_else(|| cheapest(false)).unwrap_or(0)
+        })
+        .collect()
+}
+
+/// What kind of policy a row is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    Oracle,
+    Baseline,
+    /// The router's descriptor-similarity scoring (no training).
+    Untrained,
+    /// Cross-validated: a model trained on the other folds scores each task.
+    Trained,
+}
+
+/// One policy on one subset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyRow {
+    pub subset: Subset,
+    pub policy: String,
+    pub family: Family,
+    pub tasks: usize,
+    /// Over seeds (CV folds, random draws); exact for a fixed policy.
+    pub resolved: Stat,
+    pub cost_usd: Stat,
+    pub cost_usd_imputed: Stat,
+    /// 95 % bootstrap interval over tasks (2,000 resamples) of the resolved
+    /// count and the cost (per-task means over seeds).
+    pub resolved_ci95: [f64; 2],
+    pub cost_ci95: [f64; 2],
+    pub oracle_resolved: f64,
+}
+
+impl PolicyRow {
+    pub fn rate(&self) -> f64 {
+        self.resolved.mean / self.tasks.max(1) as f64
+    }
+
+    pub fn per_dollar(&self) -> f64 {
+        if self.cost_usd.mean > 0.0 {
+            self.resolved.mean / self.cost_usd.mean
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// `(oracle − resolved) ÷ oracle`.
+    pub fn gap_to_oracle(&self) -> f64 {
+        if self.oracle_resolved > 0.0 {
+            (self.oracle_resolved - self.resolved.mean) / self.oracle_resolved
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Builds a row from one or more assignments (one per seed).
+pub fn policy_row(data: &Dataset, subset: Subset, policy: &str, family: Family, per_seed: &[Vec<usize>]) -> PolicyRow {
+    let tasks = data.indices(subset);
+    let all: Vec<Totals> = per_seed.iter().map(|c| totals(data, c, &tasks)).collect();
+    let oracle = totals(data, &oracle_choices(data), &tasks).resolved;
+    // Per task, means over seeds: what the bootstrap resamples.
+    let per_task: Vec<(f64, f64)> = tasks
+        .iter()
+        .map(|&t| {
+            let n = per_seed.len().max(1) as f64;
+            let resolved = per_seed.iter().map(|c| data.cells[t][c[t]].resolved as u8 as f64).sum::<f64>() / n;
+            let cost = per_seed.iter().map(|c| data.cells[t][c[t]].cost_usd).sum::<f64>() / n;
+            (resolved, cost)
+        })
+        .collect();
+    let (resolved_ci95, cost_ci95) = bootstrap(&per_task, 2000, 0x5eed);
+    PolicyRow {
+        subset,
+        policy: policy.to_string(),
+        family,
+        tasks: tasks.len(),
+        resolved: Stat::of(&all.iter().map(|t| t.resolved).collect::<Vec<_>>()),
+        cost_usd: Stat::of(&all.iter().map(|t| t.cost_usd).collect::<Vec<_>>()),
+        cost_usd_imputed: Stat::of(&all.iter().map(|t| t.cost_usd_imputed).collect::<Vec<_>>()),
+        resolved_ci95,
+        cost_ci95,
+        oracle_resolved: oracle,
+    }
+}
+
+/// Percentile bootstrap (2.5 %, 97.5 %) of the sums of both columns.
+fn bootstrap(per_task: &[(f64, f64)], resamples: usize, seed: u64) -> ([f64; 2], [f64; 2]) {
+    if per_task.is_empty() {
+        return ([0.0; 2], [0.0; 2]);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (mut a, mut b) = (Vec::with_capacity(resamples), Vec::with_capacity(resamples));
+    for _ in 0..resamples {
+        let (mut x, mut y) = (0.0, 0.0);
+        for _ in 0..per_task.len() {
+            let (r, c) = per_task[rng.random_range(0..per_task.len())];
+            x += r;
+            y += c;
+        }
+        a.push(x);
+        b.push(y);
+    }
+    let interval = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        [crate::stats::quantile(&v, 0.025), crate::stats::quantile(&v, 0.975)]
+    };
+    (interval(a), interval(b))
+}
+
+/// The baselines from the data alone, for `subset`: oracle, each always-X,
+/// random (1,000 seeded draws: mean ± std), cheapest (the model with the
+/// lowest mean recorded cost, always).
+pub fn baseline_rows(data: &Dataset, subset: Subset) -> Vec<PolicyRow> {
+    let n = data.tasks.len();
+    let mut rows = vec![policy_row(data, subset, "oracle (cheapest resolving model)", Family::Oracle, &[oracle_choices(data)])];
+    for (m, id) in data.models.iter().enumerate() {
+        rows.push(policy_row(data, subset, &format!("always {id}"), Family::Baseline, &[vec![m; n]]));
+    }
+    let draws: Vec<Vec<usize>> = (0..1000u64)
+        .map(|seed| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            (0..n).map(|_| rng.random_range(0..data.models.len())).collect()
+        })
+        .collect();
+    rows.push(policy_row(data, subset, "random (1,000 seeds)", Family::Baseline, &draws));
+    let cheapest = cheapest_model(data);
+    rows.push(policy_row(data, subset, &format!("cheapest ({})", data.models[cheapest]), Family::Baseline, &[vec![cheapest; n]]));
+    rows
+}
+
+/// The model with the lowest mean recorded cost over all tasks.
+pub fn cheapest_model(data: &Dataset) -> usize {
+    let mean = |m: usize| data.cells.iter().map(|row| row[m].cost_usd).sum::<f64>();
+    (0..data.models.len()).min_by(|&a, &b| mean(a).total_cmp(&mean(b))).unwrap_or(0)
+}
+
+/// The model a utility picks: highest `p − λ × cost / max cost`, ties to
+/// the higher p, then the lower index.
+pub fn pick(p: &[f64], cost: &[f64], lambda: f64) -> usize {
+    let most = cost.iter().cloned().fold(0.0, f64::max);
+    let utility = |m: usize| p[m] - lambda * if most > 0.0 { cost[m] / most } else { 0.0 };
+    (0..p.len()).max_by(|&a, &b| utility(a).total_cmp(&utility(b)).then(p[a].total_cmp(&p[b])).then(b.cmp(&a))).unwrap_or(0)
+}
+
+/// Settings of the nested cross-validation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CvSettings {
+    pub folds: usize,
+    pub seeds: Vec<u64>,
+    pub inner_folds: usize,
+    /// L2 regularisation strengths tried (inner CV picks one).
+    pub regs: Vec<f64>,
+    /// The λ grid: the cost–quality curve, and where the inner CV picks
+    /// each cost-aware mode's λ.
+    pub lambdas: Vec<f64>,
+}
+
+impl Default for CvSettings {
+    fn default() -> Self {
+        CvSettings {
+            folds: 5,
+            seeds: (0..5).collect(),
+            inner_folds: 5,
+            regs: vec![0.01, 0.1, 1.0, 10.0, 100.0],
+            lambdas: vec![0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 100.0],
+        }
+    }
+}
+
+/// The modes a trained head serves, and how the inner CV sets their λ.
+pub const MODES: [(&str, &str); 3] = [
+    ("quality", "λ = 0: the most likely to resolve, cost-blind"),
+    (
+        "balanced",
+        "the cheapest λ that resolves as many training tasks as the best single model (out of fold), else the λ that resolves most",
+    ),
+    ("economy", "the λ with the most resolved per dollar on the training tasks"),
+];
+
+/// One kernel per feature map the inner CV may choose among (e.g. mean and
+/// last-token pooling), built with the training rows' statistics.
+pub type KernelSet = Vec<(String, Kernel)>;
+
+/// A model selected and fitted on some training tasks.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    /// Index into the kernel set.
+    pub features: usize,
+    pub reg: f64,
+    pub fits: Vec<Fit>,
+    /// Mean recorded cost per model on the training tasks.
+    pub mean_cost: Vec<f64>,
+    /// λ per mode, in [`MODES`] order.
+    pub lambdas: [f64; 3],
+}
+
+impl Selected {
+    pub fn probabilities(&self, kernels: &KernelSet, task: usize) -> Vec<f64> {
+        self.fits.iter().map(|f| f.probability(&kernels[self.features].1, task)).collect()
+    }
+}
+
+fn fit_all(data: &Dataset, kernel: &Kernel, train: &[usize], reg: f64) -> Vec<Fit> {
+    (0..data.models.len()).map(|m| learn::fit(kernel, train, |t| data.cells[t][m].resolved, reg)).collect()
+}
+
+/// Chooses the feature map and regularisation by inner CV on `train` (most
+/// resolved at λ = 0, then the lower log loss), each mode's λ on the same
+/// out-of-fold predictions, and fits every model on all of `train`.
+pub fn select_and_fit(data: &Dataset, kernels: &KernelSet, train: &[usize], settings: &CvSettings, seed: u64) -> Selected {
+    let models = data.models.len();
+    let inner = learn::folds(train, settings.inner_folds, seed);
+    let mean_cost: Vec<f64> =
+        (0..models).map(|m| train.iter().map(|&t| data.cells[t][m].cost_usd).sum::<f64>() / train.len().max(1) as f64).collect();
+    /// A setting tried by the inner CV: resolved, log loss, feature map,
+    /// regularisation, and its out-of-fold probabilities `[task][model]`.
+    struct Tried {
+        resolved: f64,
+        log_loss: f64,
+        features: usize,
+        reg: f64,
+        oof: Vec<Vec<f64>>,
+    }
+    let mut best: Option<Tried> = None;
+    for (f, (_, kernel)) in kernels.iter().enumerate() {
+        for &reg in &settings.regs {
+            let mut oof = vec![Vec::new(); data.tasks.len()];
+            for (i, val) in inner.iter().enumerate() {
+                let fit_on: Vec<usize> = inner.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, f)| f.iter().copied()).collect();
+                let fits = fit_all(data, kernel, &fit_on, reg);
+                for &t in val {
+                    oof[t] = fits.iter().map(|fit| fit.probability(kernel, t)).collect();
+                }
+            }
+            let resolved = train.iter().filter(|&&t| data.cells[t][pick(&oof[t], &mean_cost, 0.0)].resolved).count() as f64;
+            let log_loss: f64 = train
+                .iter()
+                .flat_map(|&t| (0..models).map(move |m| (t, m)))
+                .map(|(t, m)| {
+                    let p = oof[t][m].clamp(1e-9, 1.0 - 1e-9);
+                    if data.cells[t][m].resolved {
+                        -p.ln()
+                    } else {
+                        -(1.0 - p).ln()
+                    }
+                })
+                .sum();
+            let better = match &best {
+                None => true,
+                Some(b) => resolved > b.resolved || (resolved == b.resolved && log_loss < b.log_loss),
+            };
+            if better {
+                best = Some(Tried { resolved, log_loss, features: f, reg, oof });
+            }
+        }
+    }
+    let Tried { features, reg, oof, .. } = best.expect("at least one feature map and one regularisation strength");
+
+    // Each mode's λ, on the out-of-fold predictions of the chosen setting.
+    let at = |lambda: f64| {
+        train.iter().fold((0.0, 0.0), |(r, c), &t| {
+            let cell = data.cells[t][pick(&oof[t], &mean_cost, lambda)];
+            (r + cell.resolved as u8 as f64, c + cell.cost_usd)
+        })
+    };
+    let points: Vec<(f64, f64, f64)> = settings.lambdas.iter().map(|&l| (l, at(l).0, at(l).1)).collect();
+    let single = (0..models)
+        .map(|m| train.iter().fold((0.0, 0.0), |(r, c), &t| (r + data.cells[t][m].resolved as u8 as f64, c + data.cells[t][m].cost_usd)))
+        .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)))
+        .unwrap_or((0.0, 0.0));
+    // As good as the best single model, as cheap as possible: what a
+    // cost-aware router has to offer over always sending to that model.
+    let balanced = points
+        .iter()
+        .filter(|p| p.1 >= single.0)
+        .min_by(|a, b| a.2.total_cmp(&b.2).then(b.1.total_cmp(&a.1)))
+        .or_else(|| points.iter().max_by(|a, b| a.1.total_cmp(&b.1).then(b.2.total_cmp(&a.2))))
+        .map_or(0.0, |p| p.0);
+    let economy = points
+        .iter()
+        .filter(|p| p.2 > 0.0)
+        .max_by(|a, b| (a.1 / a.2).total_cmp(&(b.1 / b.2)).then(a.1.total_cmp(&b.1)))
+        .map_or(0.0, |p| p.0);
+    let fits = fit_all(data, &kernels[features].1, train, reg);
+    Selected { features, reg, fits, mean_cost, lambdas: [0.0, balanced, economy] }
+}
+
+/// One seed of the outer cross-validation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeedOutcome {
+    pub seed: u64,
+    /// `[λ index][task]`: the model picked at each λ of the grid.
+    pub by_lambda: Vec<Vec<usize>>,
+    /// `[mode][task]`, in [`MODES`] order, with the λ the inner CV chose.
+    pub by_mode: Vec<Vec<usize>>,
+    /// Per outer fold: the chosen feature map's name, regularisation and λs.
+    pub chosen: Vec<(String, f64, [f64; 3])>,
+}
+
+/// One seed of `folds`-fold cross-validation: each fold's tasks are scored
+/// by a model [`select_and_fit`] chose and fitted on the other folds only.
+/// `kernels_for(train)` builds the kernel set from the training tasks'
+/// statistics alone.
+pub fn cross_validate_seed(data: &Dataset, kernels_for: &dyn Fn(&[usize]) -> KernelSet, settings: &CvSettings, seed: u64) -> SeedOutcome {
+    let n = data.tasks.len();
+    let all: Vec<usize> = (0..n).collect();
+    let outer = learn::folds(&all, settings.folds, seed);
+    let mut by_lambda = vec![vec![0; n]; settings.lambdas.len()];
+    let mut by_mode = vec![vec![0; n]; MODES.len()];
+    let mut chosen = Vec::new();
+    for (f, test) in outer.iter().enumerate() {
+        let train: Vec<usize> = all.iter().copied().filter(|t| !test.contains(t)).collect();
+        let kernels = kernels_for(&train);
+        let selected = select_and_fit(data, &kernels, &train, settings, seed.wrapping_mul(1000).wrapping_add(f as u64 + 1));
+        for &t in test {
+            let p = selected.probabilities(&kernels, t);
+            for (l, &lambda) in settings.lambdas.iter().enumerate() {
+                by_lambda[l][t] = pick(&p, &selected.mean_cost, lambda);
+            }
+            for (m, &lambda) in selected.lambdas.iter().enumerate() {
+                by_mode[m][t] = pick(&p, &selected.mean_cost, lambda);
+            }
+        }
+        chosen.push((kernels[selected.features].0.clone(), selected.reg, selected.lambdas));
+    }
+    SeedOutcome { seed, by_lambda, by_mode, chosen }
+}
+
+/// A point of a cost–quality curve (all tasks).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    pub lambda: f64,
+    pub resolved: Stat,
+    pub cost_usd: Stat,
+}
+
+/// A router's cost–quality curve over the λ grid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Curve {
+    pub policy: String,
+    pub points: Vec<CurvePoint>,
+}
+
+/// The curve of CV outcomes over the λ grid, on all tasks.
+pub fn cv_curve(data: &Dataset, policy: &str, outcomes: &[SeedOutcome], lambdas: &[f64]) -> Curve {
+    let all = data.indices(Subset::All);
+    let points = lambdas
+        .iter()
+        .enumerate()
+        .map(|(l, &lambda)| {
+            let t: Vec<Totals> = outcomes.iter().map(|o| totals(data, &o.by_lambda[l], &all)).collect();
+            CurvePoint {
+                lambda,
+                resolved: Stat::of(&t.iter().map(|x| x.resolved).collect::<Vec<_>>()),
+                cost_usd: Stat::of(&t.iter().map(|x| x.cost_usd).collect::<Vec<_>>()),
+            }
+        })
+        .collect();
+    Curve { policy: policy.into(), points }
+}
+
+/// How often each setting was chosen across outer folds, as a sentence.
+pub fn chosen_summary(outcomes: &[SeedOutcome]) -> String {
+    let mut features = std::collections::BTreeMap::<String, usize>::new();
+    let mut regs = std::collections::BTreeMap::<String, usize>::new();
+    let mut balanced = std::collections::BTreeMap::<String, usize>::new();
+    let mut total = 0;
+    for (name, reg, lambdas) in outcomes.iter().flat_map(|o| &o.chosen) {
+        *features.entry(name.clone()).or_default() += 1;
+        *regs.entry(format!("{reg}")).or_default() += 1;
+        *balanced.entry(format!("{}", lambdas[1])).or_default() += 1;
+        total += 1;
+    }
+    let list = |m: &std::collections::BTreeMap<String, usize>| m.iter().map(|(k, v)| format!("{k} ×{v}")).collect::<Vec<_>>().join(", ");
+    format!("over {total} outer folds: features {}; regularisation {}; balanced λ {}", list(&features), list(&regs), list(&balanced))
+}
+
+/// One task as the router decided it: the top candidate per mode under
+/// the similarity scoring and, when a head was given, under the head; the
+/// tokens prefilled and the prefilling decide's time. Native studies and
+/// the page's in-browser evaluation record the same shape.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoutedTask {
+    pub id: String,
+    pub tokens_used: usize,
+    pub decide_ms: f64,
+    /// Mode → candidate id.
+    pub similarity_top: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub head_top: std::collections::BTreeMap<String, String>,
+}
+
+/// Totals of routed tasks' choices under one scoring and mode, over the
+/// tasks routed (ids looked up in `data`); tasks it does not know are skipped.
+pub fn routed_totals(data: &Dataset, routed: &[RoutedTask], head: bool, mode: &str) -> Totals {
+    let mut out = Totals::default();
+    for r in routed {
+        let tops = if head { &r.head_top } else { &r.similarity_top };
+        let (Some(t), Some(m)) =
+            (data.tasks.iter().position(|t| t.id == r.id), tops.get(mode).and_then(|id| data.models.iter().position(|m| m == id)))
+        else {
+            continue;
+        };
+        let cell = data.cells[t][m];
+        out.resolved += cell.resolved as u8 as f64;
+        out.cost_usd += cell.cost_usd;
+        out.cost_usd_imputed += data.imputed_cost[t][m];
+    }
+    out
+}
+
+/// The trained head a study wrote, by id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeadRecord {
+    /// `head-` and 8 hex digits of the file's SHA-256.
+    pub id: String,
+    pub file: String,
+    pub trained_on: String,
+}
+
+/// One `router_max_tokens` × truncation side of the trade-off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TruncationPoint {
+    pub max_tokens: usize,
+    pub side: router::TruncationSide,
+    /// Mean tokens prefilled per task.
+    pub tokens_used_mean: f64,
+    /// The prefilling decide of every task at this setting.
+    pub decide: Option<crate::Summary>,
+    /// On all tasks: the similarity scoring's default mode, and the head's
+    /// cost-blind and balanced modes (cross-validated).
+    pub rows: Vec<PolicyRow>,
+}
+
+/// The whole quality evaluation, as a report section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QualityStudy {
+    /// What the data is and where it came from.
+    pub dataset: String,
+    pub tasks: usize,
+    pub failed_runs: usize,
+    /// How failed runs count.
+    pub failed_run_rule: String,
+    pub cv: CvSettings,
+    /// Mode name and how its λ is set, for the trained rows.
+    pub modes: Vec<(String, String)>,
+    /// Baselines, untrained and trained routers, for every subset.
+    pub rows: Vec<PolicyRow>,
+    /// Cost–quality curves over the λ grid (all tasks).
+    pub curves: Vec<Curve>,
+    /// Per trained policy, which settings the inner CV chose.
+    pub chosen: Vec<(String, String)>,
+    /// The prefilling decide of every task at the study's main setting.
+    pub decide: Option<crate::Summary>,
+    pub router_max_tokens: usize,
+    pub truncation_side: router::TruncationSide,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<HeadRecord>,
+    #[serde(default)]
+    pub truncation: Vec<TruncationPoint>,
+    /// How the published SWE-bench 112 table's rules differ from ours.
+    pub published_note: String,
+    /// Every task at the main setting: similarity decisions from `decide`,
+    /// and the deployable head's (which saw every task in training: these
+    /// check that another engine reproduces the decisions, not quality).
+    #[serde(default)]
+    pub per_task: Vec<RoutedTask>,
+}
+
+/// The failed-run rule, as reports state it.
+pub const FAILED_RUN_RULE: &str = "a run with zero input tokens, zero output tokens and zero cost (all on SWE-bench) is a failed run: \
+unresolved, at its recorded $0 in `cost`; `cost (imputed)` charges it the model's mean cost over the split's runs that did run";
+
+fn money(v: f64) -> String {
+    format!("${v:.2}")
+}
+
+fn count(s: &Stat) -> String {
+    if s.std > 0.0 {
+        format!("{:.1} ± {:.1}", s.mean, s.std)
+    } else {
+        format!("{:.0}", s.mean)
+    }
+}
+
+/// One table row per policy (Markdown).
+pub fn rows_table(rows: &[PolicyRow]) -> String {
+    let mut out = String::from(
+        "| policy | resolved | 95 % CI | rate | cost | cost (imputed) | resolved per $ | gap to oracle |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let cost =
+            if r.cost_usd.std > 0.0 { format!("{} ± {:.2}", money(r.cost_usd.mean), r.cost_usd.std) } else { money(r.cost_usd.mean) };
+        out.push_str(&format!(
+            "| {} | {}/{} | {:.0}–{:.0} | {:.1} % | {} | {} | {} | {:.1} % |\n",
+            r.policy,
+            count(&r.resolved),
+            r.tasks,
+            r.resolved_ci95[0],
+            r.resolved_ci95[1],
+            100.0 * r.rate(),
+            cost,
+            money(r.cost_usd_imputed.mean),
+            if r.per_dollar().is_finite() { format!("{:.2}", r.per_dollar()) } else { "∞".into() },
+            100.0 * r.gap_to_oracle()
+        ));
+    }
+    out
+}
+
+impl QualityStudy {
+    /// Plain sentences on what the study shows (all tasks), computed from
+    /// its rows and curves: whether the backbone's features beat TF-IDF,
+    /// whether any router reaches the best single model at its cost, and how
+    /// the untrained scoring compares with random.
+    pub fn verdicts(&self) -> Vec<String> {
+        let row = |policy: &str| self.rows.iter().find(|r| r.subset == Subset::All && r.policy == policy);
+        let pm = |r: &PolicyRow| count(&r.resolved);
+        let mut out = Vec::new();
+        if let (Some(head), Some(text)) = (row("router, trained head (CV), quality"), row("TF-IDF + logistic regression (CV), quality")) {
+            let numbers = format!(
+                "the head resolves {} of {} at {}, TF-IDF {} at {}",
+                pm(head),
+                head.tasks,
+                money(head.cost_usd.mean),
+                pm(text),
+                money(text.cost_usd.mean)
+            );
+            out.push(if head.resolved.mean > text.resolved.mean {
+                format!("Cost-blind, the backbone's features beat TF-IDF of the prompt text: {numbers}.")
+            } else {
+                format!("Cost-blind, the backbone's features do not beat TF-IDF of the prompt text: {numbers}.")
+            });
+        }
+        let best = self
+            .rows
+            .iter()
+            .filter(|r| r.subset == Subset::All && r.family == Family::Baseline && r.policy.starts_with("always "))
+            .max_by(|a, b| a.resolved.mean.total_cmp(&b.resolved.mean).then(b.cost_usd.mean.total_cmp(&a.cost_usd.mean)));
+        if let Some(best) = best {
+            for curve in &self.curves {
+                let within = curve
+                    .points
+                    .iter()
+                    .filter(|p| p.cost_usd.mean <= best.cost_usd.mean)
+                    .max_by(|a, b| a.resolved.mean.total_cmp(&b.resolved.mean).then(b.cost_usd.mean.total_cmp(&a.cost_usd.mean)));
+                out.push(match within {
+                    Some(p) if p.resolved.mean >= best.resolved.mean => format!(
+                        "Cost-aware, {} reaches {} ({:.0} at {}): {:.1} at {} (λ = {}).",
+                        curve.policy,
+                        best.policy,
+                        best.resolved.mean,
+                        money(best.cost_usd.mean),
+                        p.resolved.mean,
+                        money(p.cost_usd.mean),
+                        p.lambda
+                    ),
+                    Some(p) => format!(
+                        "Cost-aware, {} does not reach {} ({:.0} at {}): within that cost its λ curve resolves at most {:.1} (λ = {}, {}).",
+                        curve.policy,
+                        best.policy,
+                        best.resolved.mean,
+                        money(best.cost_usd.mean),
+                        p.resolved.mean,
+                        p.lambda,
+                        money(p.cost_usd.mean)
+                    ),
+                    None => format!(
+                        "Cost-aware, every point of {}'s λ curve costs more than {} ({}).",
+                        curve.policy,
+                        best.policy,
+                        money(best.cost_usd.mean)
+                    ),
+                });
+            }
+        }
+        let random = self.rows.iter().find(|r| r.subset == Subset::All && r.policy.starts_with("random"));
+        if let (Some(similarity), Some(random)) = (row("router, similarity scoring, quality"), random) {
+            out.push(format!(
+                "The untrained similarity scoring resolves {:.0} cost-blind, against random's {:.1} ± {:.1}: descriptor similarity is not routing.",
+                similarity.resolved.mean, random.resolved.mean, random.resolved.std
+            ));
+        }
+        out
+    }
+
+    /// Every subset's table, the chosen settings and the truncation table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        for subset in Subset::ALL {
+            let rows: Vec<PolicyRow> = self.rows.iter().filter(|r| r.subset == subset).cloned().collect();
+            if rows.is_empty() || rows[0].tasks == 0 {
+                continue;
+            }
+            out.push_str(&format!("### {}\n\n{}\n", subset.label(), rows_table(&rows)));
+        }
+        for (policy, chosen) in &self.chosen {
+            out.push_str(&format!("{policy}: {chosen}\n"));
+        }
+        if !self.truncation.is_empty() {
+            out.push_str(
+                "\n### Truncation trade-off (all tasks)\n\n| router_max_tokens | kept | tokens (mean) | decide p50 | decide p95 | policy | resolved | cost |\n|---:|---|---:|---:|---:|---|---:|---:|\n",
+            );
+            for p in &self.truncation {
+                for r in &p.rows {
+                    out.push_str(&format!(
+                        "| {} | {} | {:.0} | {} | {} | {} | {}/{} | {} |\n",
+                        p.max_tokens,
+                        p.side.name(),
+                        p.tokens_used_mean,
+                        p.decide.map_or("—".into(), |s| crate::report::format_ms(s.p50)),
+                        p.decide.map_or("—".into(), |s| crate::report::format_ms(s.p95)),
+                        r.policy,
+                        count(&r.resolved),
+                        r.tasks,
+                        money(r.cost_usd.mean)
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Where `swebench112_comparison_table.md`'s rules differ from this
+/// evaluation's, stated beside its SWE-bench 112 rows.
+pub const PUBLISHED_NOTE: &str = "The published SWE-bench 112 table (swebench112_comparison_table.md) is a different measurement of the same 112 tasks: \
+its oracle is 'any of 8 resolves' (85/112) at $116.49, a cost rule it does not state and that is far above the cheapest resolving model's \
+(this evaluation's oracle); its Always-MiniMax costs $0.00 (every MiniMax run recorded at zero), where the result file records cost for the MiniMax \
+runs that did run; its routers' rows (ACRouter, RouteLLM, TF-IDF + LogReg/MLP, LLM 0-shot) come from its own runs and are not recomputed here.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODELS: [&str; 3] = ["big", "mid", "small"];
+
+    /// `n` tasks; task t is resolved by `big` always, by `mid` when t is
+    /// even, by `small` when t % 3 == 0; costs 10, 2, 1 (a failed `small`
+    /// run at t % 5 == 4).
+    fn synthetic(n: usize) -> (String, String) {
+        let mut tasks = String::new();
+        let mut csv = String::from("task_id,source_split,model,resolved,in_tok,out_tok,cost_usd\n");
+        for t in 0..n {
+            let split = if t < n / 2 { "old112" } else { "new64" };
+            tasks.push_str(&format!(
+                "{{\"task_id\": \"t{t}\", \"source_split\": \"{split}\", \"bench\": \"b\", \"prompt\": \"task {t}\"}}\n"
+            ));
+            for (m, model) in MODELS.iter().enumerate() {
+                let failed = m == 2 && t % 5 == 4;
+                let resolved = !failed && (m == 0 || (m == 1 && t % 2 == 0) || (m == 2 && t % 3 == 0));
+                let cost = if failed { 0.0 } else { [10.0, 2.0, 1.0][m] };
+                let tokens = if failed { 0 } else { 100 };
+                csv.push_str(&format!("t{t},{split},{model},{},{tokens},{tokens},{cost}\n", resolved as u8));
+            }
+        }
+        (tasks, csv)
+    }
+
+    fn data(n: usize) -> Dataset {
+        let (tasks, csv) = synthetic(n);
+        Dataset::parse(&tasks, "tasks.jsonl", &csv, "results.csv", &MODELS).unwrap()
+    }
+
+    #[test]
+    fn failed_runs_are_found_and_their_cost_imputed_from_the_split() {
+        let d = data(30);
+        assert_eq!(d.failed_runs(), 6);
+        // t4 is old112: small's mean over the old112 runs that ran is $1.
+        assert_eq!(d.cells[4][2], Cell { resolved: false, cost_usd: 0.0, failed_run: true });
+        assert_eq!(d.imputed_cost[4][2], 1.0);
+        assert_eq!(d.indices(Subset::Swebench112).len(), 15);
+    }
+
+    #[test]
+    fn malformed_data_is_named_with_file_and_line() {
+        let (tasks, csv) = synthetic(4);
+        let bad = |csv: &str| Dataset::parse(&tasks, "tasks.jsonl", csv, "results.csv", &MODELS).unwrap_err().to_string();
+        assert!(bad(&csv.replace("t0,old112,mid,1", "t0,old112,mid,yes")).contains("results.csv, line 3: `resolved` is `yes`"));
+        assert!(bad(&csv.replace("t3,new64,small,1,100,100,1", "t3,new64,small,1,100,100,-1")).contains("`cost_usd` is `-1`"));
+        let missing: String = csv.lines().filter(|l| !l.starts_with("t2,new64,big")).map(|l| format!("{l}\n")).collect();
+        assert!(bad(&missing).contains("no row for task `t2` × `big`"));
+        let twice = format!("{csv}t0,old112,big,1,5,5,3\n");
+        assert!(bad(&twice).contains("a second row for task `t0` × `big`"));
+        assert!(bad(&csv.replace("cost_usd", "price")).contains("no `cost_usd` column"));
+        let err = Dataset::parse("{\"task_id\": 3}\n", "tasks.jsonl", &csv, "results.csv", &MODELS).unwrap_err().to_string();
+        assert!(err.starts_with("tasks.jsonl, line 1:"), "{err}");
+    }
+
+    #[test]
+    fn the_oracle_takes_the_cheapest_resolving_model_and_bounds_every_baseline() {
+        let d = data(30);
+        let oracle = oracle_choices(&d);
+        assert_eq!(oracle[0], 2, "t0: small resolves and is cheapest");
+        assert_eq!(oracle[2], 1, "t2: mid");
+        assert_eq!(oracle[1], 0, "t1: only big");
+        let rows = baseline_rows(&d, Subset::All);
+        assert_eq!(rows[0].resolved.mean, 30.0);
+        assert!(rows.iter().all(|r| r.resolved.mean <= 30.0 && r.gap_to_oracle() >= 0.0));
+        let always_big = rows.iter().find(|r| r.policy == "always big").unwrap();
+        assert_eq!((always_big.resolved.mean, always_big.cost_usd.mean), (30.0, 300.0));
+        // Random's mean sits near the expected value (1 + 1/2 + ~4/15 per task).
+        let random = rows.iter().find(|r| r.policy.starts_with("random")).unwrap();
+        let expected: f64 = (0..30).map(|t| d.cells[t].iter().filter(|c| c.resolved).count() as f64 / 3.0).sum();
+        assert!((random.resolved.mean - expected).abs() < 0.5, "{} vs {expected}", random.resolved.mean);
+        assert!(random.resolved.std > 0.0);
+        assert_eq!(rows.last().unwrap().policy, "cheapest (small)");
+    }
+
+    #[test]
+    fn a_head_learns_what_its_features_carry_and_nothing_more() {
+        let d = data(60);
+        let informative: Vec<Vec<f32>> = (0..60).map(|t| vec![(t % 2 == 0) as u8 as f32, (t % 3 == 0) as u8 as f32]).collect();
+        let constant: Vec<Vec<f32>> = (0..60).map(|_| vec![1.0, 1.0]).collect();
+        let settings = CvSettings { seeds: vec![0, 1], ..CvSettings::default() };
+        let run = |features: &Vec<Vec<f32>>| {
+            let outcomes: Vec<SeedOutcome> = settings
+                .seeds
+                .iter()
+                .map(|&s| {
+                    cross_validate_seed(&d, &|train: &[usize]| vec![("x".into(), learn::dense_kernel(features, train).0)], &settings, s)
+                })
+                .collect();
+            policy_row(&d, Subset::All, "head", Family::Trained, &outcomes.iter().map(|o| o.by_mode[1].clone()).collect::<Vec<_>>())
+        };
+        // Balanced: as many resolved as the best single model (big, 60), as
+        // cheaply as possible. Informative features can send even tasks to
+        // `mid` (always resolved there); constant ones cannot move anything.
+        let smart = run(&informative);
+        let blind = run(&constant);
+        assert_eq!(blind.resolved.mean, 60.0);
+        assert_eq!(blind.cost_usd.mean, 600.0);
+        assert!(
+            smart.resolved.mean >= 57.0 && smart.cost_usd.mean < 0.85 * blind.cost_usd.mean,
+            "{:?} {:?}",
+            smart.resolved,
+            smart.cost_usd
+        );
+        // Every task is scored exactly once per seed: totals count 60 tasks.
+        assert_eq!(smart.tasks, 60);
+    }
+
+    #[test]
+    fn verdicts_say_who_wins_from_the_rows_and_curves() {
+        let d = data(30);
+        let n = d.tasks.len();
+        let mut rows = baseline_rows(&d, Subset::All);
+        // A "head" always choosing mid, "TF-IDF" always big, similarity small.
+        rows.push(policy_row(&d, Subset::All, "router, trained head (CV), quality", Family::Trained, &[vec![1; n]]));
+        rows.push(policy_row(&d, Subset::All, "TF-IDF + logistic regression (CV), quality", Family::Trained, &[vec![0; n]]));
+        rows.push(policy_row(&d, Subset::All, "router, similarity scoring, quality", Family::Untrained, &[vec![2; n]]));
+        let point =
+            |lambda: f64, resolved: f64, cost: f64| CurvePoint { lambda, resolved: Stat::exact(resolved), cost_usd: Stat::exact(cost) };
+        let curves = vec![
+            Curve { policy: "cheap router".into(), points: vec![point(0.0, 30.0, 300.0), point(1.0, 30.0, 200.0)] },
+            Curve { policy: "weak router".into(), points: vec![point(0.0, 30.0, 400.0), point(1.0, 20.0, 100.0)] },
+        ];
+        let study = QualityStudy {
+            dataset: String::new(),
+            tasks: n,
+            failed_runs: d.failed_runs(),
+            failed_run_rule: FAILED_RUN_RULE.into(),
+            cv: CvSettings::default(),
+            modes: Vec::new(),
+            rows,
+            curves,
+            chosen: Vec::new(),
+            decide: None,
+            router_max_tokens: 1024,
+            truncation_side: router::TruncationSide::Left,
+            head: None,
+            truncation: Vec::new(),
+            published_note: String::new(),
+            per_task: Vec::new(),
+        };
+        let v = study.verdicts();
+        assert!(v[0].starts_with("Cost-blind, the backbone's features do not beat TF-IDF"), "{v:?}");
+        // The best single model is big (30 resolved at $300).
+        assert!(v[1].starts_with("Cost-aware, cheap router reaches always big (30 at $300.00): 30.0 at $200.00"), "{v:?}");
+        assert!(v[2].contains("weak router does not reach always big") && v[2].contains("at most 20.0 (λ = 1, $100.00)"), "{v:?}");
+        assert!(v[3].starts_with("The untrained similarity scoring resolves 8 cost-blind"), "{v:?}");
+    }
+
+    #[test]
+    fn routed_totals_look_tasks_up_by_id() {
+        let d = data(6);
+        let routed = vec![
+            RoutedTask { id: "t0".into(), similarity_top: [("q".to_string(), "small".to_string())].into(), ..RoutedTask::default() },
+            RoutedTask { id: "t1".into(), similarity_top: [("q".to_string(), "small".to_string())].into(), ..RoutedTask::default() },
+            RoutedTask { id: "unknown".into(), similarity_top: [("q".to_string(), "big".to_string())].into(), ..RoutedTask::default() },
+        ];
+        let t = routed_totals(&d, &routed, false, "q");
+        assert_eq!((t.resolved, t.cost_usd), (1.0, 2.0));
+        assert_eq!(routed_totals(&d, &routed, true, "q"), Totals::default());
+    }
+}

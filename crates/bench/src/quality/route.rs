@@ -1,0 +1,162 @@
+//! Routing tasks through the real `decide` (engine builds only): the
+//! decisions per mode, the pooled features of the same prefill, and the
+//! decide latency per task. The native study and the browser worker route
+//! with the same function.
+
+use router::head::LoadedHead;
+use router::{Conversation, PooledFeatures, PrefixCache, Router, RouterError};
+
+use super::RoutedTask;
+
+/// One task routed, with what the quality study needs beyond the decisions.
+#[derive(Debug, Clone)]
+pub struct TaskOutcome {
+    pub routed: RoutedTask,
+    pub features: PooledFeatures,
+    /// Similarity scores and estimated costs in pool order (for λ curves).
+    pub scores: Vec<f64>,
+    pub costs: Vec<f64>,
+}
+
+/// Routes one prompt as one user turn in every pool mode, with the
+/// similarity scoring and then, if given, the trained head. The first call
+/// prefills the kept tokens (its time is the task's decide latency); every
+/// later call finds the whole text in a prefix cache, so one prefill serves
+/// all, and each decision is still `decide`'s own. The router is left
+/// without a head.
+pub fn route_task(router: &mut Router, head: Option<&LoadedHead>, id: &str, prompt: &str) -> Result<TaskOutcome, RouterError> {
+    router.detach_head();
+    let modes: Vec<String> = router.pool.modes.keys().cloned().collect();
+    let conversation = Conversation::user(prompt.to_string());
+    let mut cache = PrefixCache::new(router::CacheBudget::default());
+    let mut routed = RoutedTask { id: id.to_string(), ..RoutedTask::default() };
+    let mut first = None;
+    for mode in &modes {
+        let (decision, features) = router.decide_with_features(&conversation, Some(mode), Some(&mut cache))?;
+        routed.similarity_top.insert(mode.clone(), decision.ranked[0].id.clone());
+        if first.is_none() {
+            first = Some((decision, features));
+        }
+    }
+    let (decision, features) = first.ok_or_else(|| RouterError::Request("the pool has no modes".into()))?;
+    routed.tokens_used = decision.tokens_used;
+    routed.decide_ms = decision.timings.total_ms;
+    let index = |id: &str| router.pool.candidates.iter().position(|c| c.id == id).unwrap_or(0);
+    let mut scores = vec![0.0; decision.ranked.len()];
+    let mut costs = vec![0.0; decision.ranked.len()];
+    for r in &decision.ranked {
+        scores[index(&r.id)] = r.score as f64;
+        costs[index(&r.id)] = r.estimated_cost_usd;
+    }
+    if let Some(head) = head {
+        router.attach_loaded_head(head.clone(), "head")?;
+        let outcome: Result<(), RouterError> = modes.iter().try_for_each(|mode| {
+            let decision = router.decide_with_cache(&conversation, Some(mode), &mut cache)?;
+            routed.head_top.insert(mode.clone(), decision.ranked[0].id.clone());
+            Ok(())
+        });
+        router.detach_head();
+        outcome?;
+    }
+    Ok(TaskOutcome { routed, features, scores, costs })
+}
+
+/// What routing many tasks produced, per task in the given order.
+#[derive(Debug, Clone, Default)]
+pub struct Routed {
+    /// The mode names, in the order of `top`'s columns.
+    pub modes: Vec<String>,
+    /// `[task][mode]`: the pool index `decide` ranked first (similarity).
+    pub top: Vec<Vec<usize>>,
+    pub scores: Vec<Vec<f64>>,
+    pub costs: Vec<Vec<f64>>,
+    pub features: Vec<PooledFeatures>,
+    pub decide_ms: Vec<f64>,
+    pub tokens_used: Vec<usize>,
+    pub tasks: Vec<RoutedTask>,
+}
+
+/// Routes every task with the similarity scoring ([`route_task`]).
+pub fn route_all(router: &mut Router, tasks: &[&super::Task], progress: &mut dyn FnMut(usize, usize)) -> Result<Routed, RouterError> {
+    let modes: Vec<String> = router.pool.modes.keys().cloned().collect();
+    let mut out = Routed { modes: modes.clone(), ..Routed::default() };
+    for (i, task) in tasks.iter().enumerate() {
+        progress(i, tasks.len());
+        let outcome = route_task(router, None, &task.id, &task.prompt)?;
+        let index = |id: &str| router.pool.candidates.iter().position(|c| c.id == id).unwrap_or(0);
+        out.top.push(modes.iter().map(|m| index(&outcome.routed.similarity_top[m])).collect());
+        out.scores.push(outcome.scores);
+        out.costs.push(outcome.costs);
+        out.features.push(outcome.features);
+        out.decide_ms.push(outcome.routed.decide_ms);
+        out.tokens_used.push(outcome.routed.tokens_used);
+        out.tasks.push(outcome.routed);
+    }
+    progress(tasks.len(), tasks.len());
+    Ok(out)
+}
+
+/// The top candidate per mode a head gives for stored features, ranked by
+/// [`router::rank`], the function `decide` ranks with: what `decide` with
+/// the head attached returns for the same prefill.
+pub fn head_tops(head: &LoadedHead, features: &PooledFeatures, modes: &[String]) -> std::collections::BTreeMap<String, String> {
+    let ids: Vec<&str> = head.head.candidates.iter().map(|c| c.id.as_str()).collect();
+    let costs: Vec<f64> = head.head.candidates.iter().map(|c| c.mean_cost_usd).collect();
+    let p = head.probabilities(features.get(head.head.pooling));
+    modes
+        .iter()
+        .map(|m| {
+            let lambda = head.head.modes.get(m).copied().unwrap_or(0.0);
+            (m.clone(), router::rank(&ids, &p, &[], &costs, lambda)[0].id.clone())
+        })
+        .collect()
+}
+
+/// The kernel set of the backbone's features over `train`: mean and
+/// last-token pooling, each standardised with the training rows' statistics.
+pub fn hidden_kernels(mean: &[Vec<f32>], last: &[Vec<f32>], train: &[usize]) -> super::KernelSet {
+    vec![
+        (router::Pooling::Mean.name().to_string(), super::learn::dense_kernel(mean, train).0),
+        (router::Pooling::Last.name().to_string(), super::learn::dense_kernel(last, train).0),
+    ]
+}
+
+/// Trains the deployable head on every task (settings chosen by 5-fold CV
+/// over all of them, as in each outer fold of the evaluation), with the
+/// weights folded back into the raw pooled feature space.
+pub fn train_head(
+    router: &Router,
+    data: &super::Dataset,
+    features: &[PooledFeatures],
+    settings: &super::CvSettings,
+    trained_on: &str,
+) -> router::Head {
+    let mean: Vec<Vec<f32>> = features.iter().map(|f| f.mean.clone()).collect();
+    let last: Vec<Vec<f32>> = features.iter().map(|f| f.last.clone()).collect();
+    let all: Vec<usize> = (0..data.tasks.len()).collect();
+    let kernels = hidden_kernels(&mean, &last, &all);
+    let selected = super::select_and_fit(data, &kernels, &all, settings, 7);
+    let pooling = router::Pooling::ALL[selected.features];
+    let chosen = if selected.features == 0 { &mean } else { &last };
+    let (_, standardiser) = super::learn::dense_kernel(chosen, &all);
+    let candidates = selected
+        .fits
+        .iter()
+        .enumerate()
+        .map(|(m, fit)| {
+            let (weights, bias) = super::learn::raw_weights(fit, chosen, &standardiser);
+            router::head::HeadCandidate { id: data.models[m].clone(), weights, bias, mean_cost_usd: selected.mean_cost[m] }
+        })
+        .collect();
+    router::Head {
+        schema: router::head::HEAD_SCHEMA.into(),
+        backbone_checkpoint_id: router.backbone_checkpoint_id.clone(),
+        hidden: router.backbone.hparams.hidden,
+        pooling,
+        router_max_tokens: router.config.max_tokens,
+        truncation: router.config.truncation,
+        modes: super::MODES.iter().zip(selected.lambdas).map(|((name, _), l)| (name.to_string(), l)).collect(),
+        candidates,
+        trained_on: format!("{trained_on}; {} pooling, L2 regularisation {} (5-fold CV over all tasks)", pooling.name(), selected.reg),
+    }
+}

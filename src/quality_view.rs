@@ -1,0 +1,151 @@
+//! The routing-quality study on the router page: the measured table per
+//! subset beside its baselines, the cost–quality and truncation figures, and
+//! the provenance line. Everything shown comes from a report's `quality`
+//! section (`bench-decide --quality`), computed natively by `bench::quality`.
+
+use bench::quality::{Family, PolicyRow, QualityStudy, Subset};
+use bench::report::{format_ms, Report};
+use leptos::prelude::*;
+
+fn money(v: f64) -> String {
+    format!("${v:.2}")
+}
+
+fn count(row: &PolicyRow) -> String {
+    if row.resolved.std > 0.0 {
+        format!("{:.1} ± {:.1}", row.resolved.mean, row.resolved.std)
+    } else {
+        format!("{:.0}", row.resolved.mean)
+    }
+}
+
+fn family(f: Family) -> &'static str {
+    match f {
+        Family::Oracle => "oracle",
+        Family::Baseline => "baseline",
+        Family::Untrained => "router, untrained",
+        Family::Trained => "trained (cross-validated)",
+    }
+}
+
+/// The provenance line: checkpoint (and head), pool, split, folds, seeds.
+pub fn provenance_line(report: &Report, study: &QualityStudy) -> String {
+    let p = &report.provenance;
+    format!(
+        "Checkpoint {}{} · pool {} ({} candidates) · split OOD176, {} tasks ({} failed runs) · {}-fold CV × {} seeds, {}-fold inner CV · router_max_tokens {} ({}) · {} · git {}",
+        p.checkpoint_id,
+        study.head.as_ref().map_or(String::new(), |h| format!(" + {} (deployable head)", h.id)),
+        p.pool_id,
+        p.candidates,
+        study.tasks,
+        study.failed_runs,
+        study.cv.folds,
+        study.cv.seeds.len(),
+        study.cv.inner_folds,
+        study.router_max_tokens,
+        study.truncation_side.name(),
+        report.environment.runtime,
+        report.environment.git_revision
+    )
+}
+
+#[component]
+pub fn QualityView(report: Report, study: QualityStudy) -> impl IntoView {
+    let subset = RwSignal::new(Subset::All);
+    let provenance = provenance_line(&report, &study);
+    let curves = study.cost_quality_svg();
+    let trade_off = (!study.truncation.is_empty()).then(|| study.truncation_svg());
+    let rows = study.rows.clone();
+    let table = move || {
+        let s = subset.get();
+        rows.iter()
+            .filter(|r| r.subset == s)
+            .map(|r| {
+                view! {
+                    <tr data-testid="quality-row" data-policy=r.policy.clone() data-resolved=format!("{:.1}", r.resolved.mean)>
+                        <th scope="row">{r.policy.clone()}</th>
+                        <td>{family(r.family)}</td>
+                        <td class="num">{format!("{}/{}", count(r), r.tasks)}</td>
+                        <td class="num">{format!("{:.0}–{:.0}", r.resolved_ci95[0], r.resolved_ci95[1])}</td>
+                        <td class="num">{format!("{:.1} %", 100.0 * r.rate())}</td>
+                        <td class="num">{money(r.cost_usd.mean)}</td>
+                        <td class="num">{money(r.cost_usd_imputed.mean)}</td>
+                        <td class="num">{if r.per_dollar().is_finite() { format!("{:.2}", r.per_dollar()) } else { "∞".into() }}</td>
+                        <td class="num">{format!("{:.1} %", 100.0 * r.gap_to_oracle())}</td>
+                    </tr>
+                }
+            })
+            .collect_view()
+    };
+    let note = study.published_note.clone();
+    let truncation_rows: Vec<_> = study
+        .truncation
+        .iter()
+        .flat_map(|p| p.rows.iter().map(move |r| (p.max_tokens, p.side.name(), p.tokens_used_mean, p.decide, r.clone())))
+        .collect();
+    view! {
+        <div class="report quality" data-testid="quality-study">
+            <p class="note" data-testid="quality-provenance">{provenance}</p>
+            <ul class="verdicts" data-testid="quality-verdicts">
+                {study.verdicts().into_iter().map(|v| view! { <li>{v}</li> }).collect_view()}
+            </ul>
+            <label class="field small">"Tasks"
+                <select data-testid="quality-subset" on:change=move |ev| subset.set(match event_target_value(&ev).as_str() {
+                    "swebench112" => Subset::Swebench112,
+                    "new64" => Subset::New64,
+                    _ => Subset::All,
+                })>
+                    <option value="all">"OOD176 (all 176)"</option>
+                    <option value="swebench112">"SWE-bench 112"</option>
+                    <option value="new64">"newer 64"</option>
+                </select>
+            </label>
+            <div class="table-wrap">
+                <table>
+                    <caption>"Routing quality: resolved tasks and backend cost of each policy's choices"</caption>
+                    <thead><tr>
+                        <th scope="col">"policy"</th><th scope="col">"kind"</th><th scope="col">"resolved"</th><th scope="col">"95 % CI"</th>
+                        <th scope="col">"rate"</th><th scope="col">"cost"</th><th scope="col">"cost (failed runs imputed)"</th>
+                        <th scope="col">"resolved per $"</th><th scope="col">"gap to oracle"</th>
+                    </tr></thead>
+                    <tbody>{table}</tbody>
+                </table>
+            </div>
+            {move || (subset.get() == Subset::Swebench112).then(|| view! { <p class="note" data-testid="published-note">{note.clone()}</p> })}
+            <p class="note">{format!("Failed runs: {}.", study.failed_run_rule)}</p>
+            <ul class="note">
+                {study.modes.iter().map(|(m, d)| view! { <li>{format!("{m}: {d}")}</li> }).collect_view()}
+                {study.chosen.iter().map(|(p, c)| view! { <li>{format!("{p}, {c}")}</li> }).collect_view()}
+            </ul>
+            <figure class="plot" data-testid="quality-plot" inner_html=curves></figure>
+            {(!truncation_rows.is_empty()).then(|| view! {
+                <div class="table-wrap">
+                    <table data-testid="truncation-table">
+                        <caption>"The truncation trade-off: quality against decide latency (all tasks)"</caption>
+                        <thead><tr>
+                            <th scope="col">"router_max_tokens"</th><th scope="col">"kept"</th><th scope="col">"tokens (mean)"</th>
+                            <th scope="col">"decide p50"</th><th scope="col">"decide p95"</th><th scope="col">"policy"</th>
+                            <th scope="col">"resolved"</th><th scope="col">"cost"</th>
+                        </tr></thead>
+                        <tbody>
+                            {truncation_rows.into_iter().map(|(l, side, tokens, decide, r)| view! {
+                                <tr>
+                                    <td class="num">{l}</td><td>{side}</td><td class="num">{format!("{tokens:.0}")}</td>
+                                    <td class="num">{decide.map_or("–".into(), |s| format_ms(s.p50))}</td>
+                                    <td class="num">{decide.map_or("–".into(), |s| format_ms(s.p95))}</td>
+                                    <td>{r.policy.clone()}</td>
+                                    <td class="num">{format!("{}/{}", count(&r), r.tasks)}</td>
+                                    <td class="num">{money(r.cost_usd.mean)}</td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                </div>
+            })}
+            {trade_off.map(|svg| view! { <figure class="plot" data-testid="truncation-plot" inner_html=svg></figure> })}
+            <p class="note">
+                "176 tasks is a small sample: the intervals are 95 % bootstrap intervals over tasks, and a cross-validated row is a mean ± std over seeds of one split of one benchmark, not a general claim about routers."
+            </p>
+        </div>
+    }
+}
