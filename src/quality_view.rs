@@ -3,21 +3,9 @@
 //! the provenance line. Everything shown comes from a report's `quality`
 //! section (`bench-decide --quality`), computed natively by `bench::quality`.
 
-use bench::quality::{Family, PolicyRow, QualityStudy, Subset};
+use bench::quality::{count, money, Family, QualityStudy, Subset};
 use bench::report::{format_ms, Report};
 use leptos::prelude::*;
-
-fn money(v: f64) -> String {
-    format!("${v:.2}")
-}
-
-fn count(row: &PolicyRow) -> String {
-    if row.resolved.std > 0.0 {
-        format!("{:.1} ± {:.1}", row.resolved.mean, row.resolved.std)
-    } else {
-        format!("{:.0}", row.resolved.mean)
-    }
-}
 
 fn family(f: Family) -> &'static str {
     match f {
@@ -65,7 +53,7 @@ pub fn QualityView(report: Report, study: QualityStudy) -> impl IntoView {
                     <tr data-testid="quality-row" data-policy=r.policy.clone() data-resolved=format!("{:.1}", r.resolved.mean)>
                         <th scope="row">{r.policy.clone()}</th>
                         <td>{family(r.family)}</td>
-                        <td class="num">{format!("{}/{}", count(r), r.tasks)}</td>
+                        <td class="num">{format!("{}/{}", count(&r.resolved), r.tasks)}</td>
                         <td class="num">{format!("{:.0}–{:.0}", r.resolved_ci95[0], r.resolved_ci95[1])}</td>
                         <td class="num">{format!("{:.1} %", 100.0 * r.rate())}</td>
                         <td class="num">{money(r.cost_usd.mean)}</td>
@@ -134,7 +122,7 @@ pub fn QualityView(report: Report, study: QualityStudy) -> impl IntoView {
                                     <td class="num">{decide.map_or("–".into(), |s| format_ms(s.p50))}</td>
                                     <td class="num">{decide.map_or("–".into(), |s| format_ms(s.p95))}</td>
                                     <td>{r.policy.clone()}</td>
-                                    <td class="num">{format!("{}/{}", count(&r), r.tasks)}</td>
+                                    <td class="num">{format!("{}/{}", count(&r.resolved), r.tasks)}</td>
                                     <td class="num">{money(r.cost_usd.mean)}</td>
                                 </tr>
                             }).collect_view()}

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use bench::quality::{self, route, CvSettings, Dataset, Family, PolicyRow, QualityStudy, SeedOutcome, Subset};
+use bench::quality::{self, route, CvSettings, Dataset, Family, QualityStudy, SeedOutcome, Subset};
 use bench::report::{ProtocolRecord, Provenance, Report, SCHEMA};
 use bench_cli::{read, Loaded, RouterFlags};
 use router::{Router, TruncationSide};
@@ -49,11 +49,6 @@ fn cross_validate(
     })
 }
 
-/// The routed features, as the CV reads them.
-fn pooled(routed: &route::Routed) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
-    (routed.features.iter().map(|f| f.mean.clone()).collect(), routed.features.iter().map(|f| f.last.clone()).collect())
-}
-
 fn route_logged(router: &mut Router, data: &Dataset, label: &str) -> Result<route::Routed> {
     let tasks: Vec<&quality::Task> = data.tasks.iter().collect();
     let mut last = usize::MAX;
@@ -66,8 +61,33 @@ fn route_logged(router: &mut Router, data: &Dataset, label: &str) -> Result<rout
     Ok(routed)
 }
 
-fn similarity_choices(routed: &route::Routed, mode: usize) -> Vec<usize> {
-    routed.top.iter().map(|t| t[mode]).collect()
+/// The candidate `decide` (similarity scoring) ranked first for each task in `mode`.
+fn similarity_choices(data: &Dataset, routed: &route::Routed, mode: &str) -> Vec<usize> {
+    routed.tasks.iter().map(|t| t.similarity_top.get(mode).and_then(|id| data.model_index(id)).unwrap_or(0)).collect()
+}
+
+/// One setting of the truncation trade-off: the similarity scoring's
+/// default mode and the head's cost-blind and balanced modes (CV).
+fn truncation_point(
+    data: &Dataset,
+    routed: &route::Routed,
+    cv: &[SeedOutcome],
+    (max_tokens, side): (usize, TruncationSide),
+    default_mode: &str,
+) -> quality::TruncationPoint {
+    let head = |m: usize| cv.iter().map(|o| o.by_mode[m].clone()).collect::<Vec<_>>();
+    let rows = vec![
+        quality::policy_row(
+            data,
+            Subset::All,
+            &format!("similarity, {default_mode}"),
+            Family::Untrained,
+            &[similarity_choices(data, routed, default_mode)],
+        ),
+        quality::policy_row(data, Subset::All, "head (CV), quality", Family::Trained, &head(0)),
+        quality::policy_row(data, Subset::All, "head (CV), balanced", Family::Trained, &head(1)),
+    ];
+    quality::TruncationPoint { max_tokens, side, tokens_used_mean: routed.tokens_used_mean(), decide: routed.decide(), rows }
 }
 
 pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
@@ -93,7 +113,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
 
     eprintln!("bench-decide --quality: {} tasks × {} models; routing each through decide", data.tasks.len(), models.len());
     let routed = route_logged(&mut router, &data, "main setting")?;
-    let (mean, last) = pooled(&routed);
+    let (mean, last) = routed.pooled();
     let texts: Vec<&str> = data.tasks.iter().map(|t| t.prompt.as_str()).collect();
 
     eprintln!("bench-decide --quality: nested cross-validation of the head ({} seeds × {} folds)", settings.seeds.len(), settings.folds);
@@ -105,13 +125,13 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
     let mut rows = Vec::new();
     for subset in Subset::ALL {
         rows.extend(quality::baseline_rows(&data, subset));
-        for (m, mode) in routed.modes.iter().enumerate() {
+        for mode in &routed.modes {
             rows.push(quality::policy_row(
                 &data,
                 subset,
                 &format!("router, similarity scoring, {mode}"),
                 Family::Untrained,
-                &[similarity_choices(&routed, m)],
+                &[similarity_choices(&data, &routed, mode)],
             ));
         }
         for (m, (mode, _)) in quality::MODES.iter().enumerate() {
@@ -135,7 +155,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
             .lambdas
             .iter()
             .map(|&lambda| {
-                let choices: Vec<usize> = routed.scores.iter().zip(&routed.costs).map(|(p, c)| quality::pick(p, c, lambda)).collect();
+                let choices: Vec<usize> = routed.scores.iter().zip(&routed.costs).map(|(p, c)| data.pick(p, c, lambda)).collect();
                 let t = quality::totals(&data, &choices, &data.indices(Subset::All));
                 quality::CurvePoint { lambda, resolved: quality::Stat::exact(t.resolved), cost_usd: quality::Stat::exact(t.cost_usd) }
             })
@@ -173,46 +193,19 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
     let mut sweep: Vec<(usize, TruncationSide)> =
         q.truncation_sweep.iter().flat_map(|&l| [(l, TruncationSide::Left), (l, TruncationSide::KeepStart)]).collect();
     sweep.dedup();
-    for (max_tokens, side) in sweep {
-        let routed_here = if (max_tokens, side) == main_setting {
-            routed.clone()
-        } else {
-            router.retruncate(max_tokens, side).with_context(|| format!("--truncation-sweep {max_tokens}"))?;
-            route_logged(&mut router, &data, &format!("{max_tokens} tokens, {}", side.name()))?
-        };
-        let (mean_here, last_here) = if (max_tokens, side) == main_setting { (mean.clone(), last.clone()) } else { pooled(&routed_here) };
+    let default_mode = router.pool.default_mode.clone();
+    for setting in sweep {
+        if setting == main_setting {
+            // Already routed and cross-validated above.
+            truncation.push(truncation_point(&data, &routed, &head_cv, setting, &default_mode));
+            continue;
+        }
+        let (max_tokens, side) = setting;
+        router.retruncate(max_tokens, side).with_context(|| format!("--truncation-sweep {max_tokens}"))?;
+        let here = route_logged(&mut router, &data, &format!("{max_tokens} tokens, {}", side.name()))?;
+        let (mean_here, last_here) = here.pooled();
         let cv = cross_validate(&data, &|train: &[usize]| route::hidden_kernels(&mean_here, &last_here, train), &settings);
-        let default_mode = router.pool.modes.keys().position(|m| *m == router.pool.default_mode).unwrap_or(0);
-        let rows_here: Vec<PolicyRow> = vec![
-            quality::policy_row(
-                &data,
-                Subset::All,
-                &format!("similarity, {}", router.pool.default_mode),
-                Family::Untrained,
-                &[similarity_choices(&routed_here, default_mode)],
-            ),
-            quality::policy_row(
-                &data,
-                Subset::All,
-                "head (CV), quality",
-                Family::Trained,
-                &cv.iter().map(|o| o.by_mode[0].clone()).collect::<Vec<_>>(),
-            ),
-            quality::policy_row(
-                &data,
-                Subset::All,
-                "head (CV), balanced",
-                Family::Trained,
-                &cv.iter().map(|o| o.by_mode[1].clone()).collect::<Vec<_>>(),
-            ),
-        ];
-        truncation.push(quality::TruncationPoint {
-            max_tokens,
-            side,
-            tokens_used_mean: routed_here.tokens_used.iter().sum::<usize>() as f64 / routed_here.tokens_used.len().max(1) as f64,
-            decide: bench::Summary::of(&routed_here.decide_ms),
-            rows: rows_here,
-        });
+        truncation.push(truncation_point(&data, &here, &cv, setting, &default_mode));
     }
     router.retruncate(main_setting.0, main_setting.1)?;
 
@@ -229,7 +222,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
             ("trained head".into(), quality::chosen_summary(&head_cv)),
             ("TF-IDF + logistic regression".into(), quality::chosen_summary(&tfidf_cv)),
         ],
-        decide: bench::Summary::of(&routed.decide_ms),
+        decide: routed.decide(),
         router_max_tokens: main_setting.0,
         truncation_side: main_setting.1,
         head: Some(head_record),

@@ -103,7 +103,8 @@ pub struct Decision {
 /// Ranks candidates (in pool order: `ids`, `scores`, `cosines`, `costs`)
 /// by `utility = score − cost_weight × cost / (most expensive cost)`, best
 /// first; ties go to the higher score, then the smaller id. `decide` ranks
-/// with this, and so does any replay of a decision from stored scores.
+/// with this, and so does any replay of a decision from stored scores
+/// ([`top_index`] when only the first is wanted).
 pub fn rank(ids: &[&str], scores: &[f32], cosines: &[f32], costs: &[f64], cost_weight: f64) -> Vec<Ranked> {
     let most = costs.iter().cloned().fold(0.0, f64::max);
     let mut ranked: Vec<Ranked> = ids
@@ -114,11 +115,28 @@ pub fn rank(ids: &[&str], scores: &[f32], cosines: &[f32], costs: &[f64], cost_w
             score: scores[i],
             cosine: cosines.get(i).copied().unwrap_or(0.0),
             estimated_cost_usd: costs[i],
-            utility: scores[i] as f64 - cost_weight * if most > 0.0 { costs[i] / most } else { 0.0 },
+            utility: utility(scores[i] as f64, costs[i], most, cost_weight),
         })
         .collect();
-    ranked.sort_by(|a, b| b.utility.total_cmp(&a.utility).then(b.score.total_cmp(&a.score)).then(a.id.cmp(&b.id)));
+    ranked.sort_by(|a, b| first((a.utility, a.score as f64, &a.id), (b.utility, b.score as f64, &b.id)));
     ranked
+}
+
+/// The index of the candidate [`rank`] puts first, without building the
+/// ranking: for replays over many tasks and cost weights.
+pub fn top_index<S: AsRef<str>>(ids: &[S], scores: &[f64], costs: &[f64], cost_weight: f64) -> usize {
+    let most = costs.iter().cloned().fold(0.0, f64::max);
+    let key = |i: usize| (utility(scores[i], costs[i], most, cost_weight), scores[i], ids[i].as_ref());
+    (0..ids.len()).min_by(|&a, &b| first(key(a), key(b))).unwrap_or(0)
+}
+
+fn utility(score: f64, cost: f64, most: f64, cost_weight: f64) -> f64 {
+    score - cost_weight * if most > 0.0 { cost / most } else { 0.0 }
+}
+
+/// `decide`'s order on (utility, score, id): `Less` when `a` goes first.
+fn first(a: (f64, f64, &str), b: (f64, f64, &str)) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(b.2))
 }
 
 fn similarity() -> String {
@@ -224,5 +242,25 @@ impl PooledFeatures {
             Pooling::Mean => &self.mean,
             Pooling::Last => &self.last,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_index_is_ranks_first_including_ties() {
+        let ids = ["b", "a", "c"];
+        // a and b tie on utility and score: the smaller id goes first.
+        let scores = [0.5f32, 0.5, 0.2];
+        let costs = [1.0, 1.0, 0.0];
+        for weight in [0.0, 0.3, 1.0, 10.0] {
+            let ranked = rank(&ids, &scores, &[], &costs, weight);
+            let wide: Vec<f64> = scores.iter().map(|&s| s as f64).collect();
+            assert_eq!(ids[top_index(&ids, &wide, &costs, weight)], ranked[0].id, "λ = {weight}");
+        }
+        assert_eq!(rank(&ids, &scores, &[], &costs, 0.0)[0].id, "a");
+        assert_eq!(rank(&ids, &scores, &[], &costs, 1.0)[0].id, "c");
     }
 }

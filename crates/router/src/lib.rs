@@ -48,7 +48,8 @@ pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role, TurnLayout};
 pub use decision::{
-    rank, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, Pooling, PrefixReuse, Ranked, Scores, StageTimings, TruncationSide,
+    rank, top_index, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, Pooling, PrefixReuse, Ranked, Scores, StageTimings,
+    TruncationSide,
 };
 #[cfg(feature = "engine")]
 pub use error::{Result, RouterError};

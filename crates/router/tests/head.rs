@@ -22,7 +22,19 @@ fn head_for(r: &Router, favourite: usize) -> Head {
         pooling: Pooling::Last,
         router_max_tokens: r.config.max_tokens,
         truncation: r.config.truncation,
-        modes: r.pool.modes.keys().map(|m| (m.clone(), if m == "quality" { 0.0 } else { 1.0 })).collect(),
+        modes: r
+            .pool
+            .modes
+            .keys()
+            .map(|m| {
+                let lambda = match m.as_str() {
+                    "quality" => 0.0,
+                    "economy" => 10.0,
+                    _ => 1.0,
+                };
+                (m.clone(), lambda)
+            })
+            .collect(),
         candidates: r
             .pool
             .candidates
@@ -79,10 +91,12 @@ fn a_head_scores_by_its_probabilities_and_names_itself_in_the_checkpoint_id() {
     let p = r.head.as_ref().unwrap().probabilities(&features.last);
     let top = d.ranked.iter().find(|x| x.id == r.pool.candidates[favourite].id).unwrap();
     assert_eq!(top.score, p[favourite]);
-    // With λ = 1, cost counts: the cheapest (candidate 0, $0.10) can overtake.
-    let costly = r.decide(&conversation, Some("economy")).unwrap();
-    assert!((costly.cost_weight - 1.0).abs() < 1e-12);
-    assert!(costly.ranked[0].estimated_cost_usd <= top.estimated_cost_usd);
+    // The head's own λ for economy (10, not the pool's 2): cost dominates,
+    // so the cheapest candidate (0, $0.10) overtakes the favourite.
+    let economy = r.decide(&conversation, Some("economy")).unwrap();
+    assert_eq!(economy.cost_weight, 10.0);
+    assert_eq!(economy.ranked[0].id, r.pool.candidates[0].id);
+    assert_eq!(economy.ranked[0].estimated_cost_usd, 0.1);
 
     r.detach_head();
     assert_eq!(r.checkpoint_id, "gguf-b179c952");

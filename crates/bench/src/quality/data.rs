@@ -193,6 +193,16 @@ impl Dataset {
         Ok(Dataset { models: models.iter().map(|m| m.to_string()).collect(), tasks, cells, imputed_cost })
     }
 
+    /// A task's index by id.
+    pub fn task_index(&self, id: &str) -> Option<usize> {
+        self.tasks.iter().position(|t| t.id == id)
+    }
+
+    /// A model's index by id.
+    pub fn model_index(&self, id: &str) -> Option<usize> {
+        self.models.iter().position(|m| m == id)
+    }
+
     /// The tasks of `subset`, as indices.
     pub fn indices(&self, subset: Subset) -> Vec<usize> {
         (0..self.tasks.len()).filter(|&t| subset.contains(&self.tasks[t])).collect()

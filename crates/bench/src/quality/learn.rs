@@ -49,6 +49,24 @@ const BIAS_FEATURE: f64 = 1.0;
 pub fn dense_kernel(features: &[Vec<f32>], train: &[usize]) -> (Kernel, Standardiser) {
     let n = features.len();
     let d = features.first().map_or(0, Vec::len);
+    let standardiser = standardise(features, train);
+    let Standardiser { mean, scale } = &standardiser;
+    let z: Vec<Vec<f64>> =
+        features.iter().map(|row| row.iter().zip(mean).zip(scale).map(|((&x, m), s)| (x as f64 - m) / s).collect()).collect();
+    let mut k = vec![0f64; n * n];
+    for i in 0..n {
+        for j in i..n {
+            let dot = z[i].iter().zip(&z[j]).map(|(a, b)| a * b).sum::<f64>() / d.max(1) as f64 + BIAS_FEATURE;
+            k[i * n + j] = dot;
+            k[j * n + i] = dot;
+        }
+    }
+    (Kernel { n, k }, standardiser)
+}
+
+/// Per-feature mean and standard deviation of the `train` rows.
+pub fn standardise(features: &[Vec<f32>], train: &[usize]) -> Standardiser {
+    let d = features.first().map_or(0, Vec::len);
     let mut mean = vec![0f64; d];
     for &t in train {
         mean.iter_mut().zip(&features[t]).for_each(|(m, &x)| *m += x as f64);
@@ -59,17 +77,7 @@ pub fn dense_kernel(features: &[Vec<f32>], train: &[usize]) -> (Kernel, Standard
         var.iter_mut().zip(&features[t]).zip(&mean).for_each(|((v, &x), m)| *v += (x as f64 - m).powi(2));
     }
     let scale: Vec<f64> = var.iter().map(|v| (v / train.len().max(1) as f64).sqrt().max(1e-8)).collect();
-    let z: Vec<Vec<f64>> =
-        features.iter().map(|row| row.iter().zip(&mean).zip(&scale).map(|((&x, m), s)| (x as f64 - m) / s).collect()).collect();
-    let mut k = vec![0f64; n * n];
-    for i in 0..n {
-        for j in i..n {
-            let dot = z[i].iter().zip(&z[j]).map(|(a, b)| a * b).sum::<f64>() / d.max(1) as f64 + BIAS_FEATURE;
-            k[i * n + j] = dot;
-            k[j * n + i] = dot;
-        }
-    }
-    (Kernel { n, k }, Standardiser { mean, scale })
+    Standardiser { mean, scale }
 }
 
 /// Words as TF-IDF counts them: lower-case runs of letters, digits and `_`,

@@ -213,12 +213,12 @@ pub fn cheapest_model(data: &Dataset) -> usize {
     (0..data.models.len()).min_by(|&a, &b| mean(a).total_cmp(&mean(b))).unwrap_or(0)
 }
 
-/// The model a utility picks: highest `p − λ × cost / max cost`, ties to
-/// the higher p, then the lower index.
-pub fn pick(p: &[f64], cost: &[f64], lambda: f64) -> usize {
-    let most = cost.iter().cloned().fold(0.0, f64::max);
-    let utility = |m: usize| p[m] - lambda * if most > 0.0 { cost[m] / most } else { 0.0 };
-    (0..p.len()).max_by(|&a, &b| utility(a).total_cmp(&utility(b)).then(p[a].total_cmp(&p[b])).then(b.cmp(&a))).unwrap_or(0)
+impl Dataset {
+    /// The model `decide` would rank first with scores `p`, costs `cost`
+    /// and cost weight `lambda` ([`router::top_index`], `decide`'s own order).
+    pub fn pick(&self, p: &[f64], cost: &[f64], lambda: f64) -> usize {
+        router::top_index(&self.models, p, cost, lambda)
+    }
 }
 
 /// Settings of the nested cross-validation.
@@ -311,7 +311,7 @@ pub fn select_and_fit(data: &Dataset, kernels: &KernelSet, train: &[usize], sett
                     oof[t] = fits.iter().map(|fit| fit.probability(kernel, t)).collect();
                 }
             }
-            let resolved = train.iter().filter(|&&t| data.cells[t][pick(&oof[t], &mean_cost, 0.0)].resolved).count() as f64;
+            let resolved = train.iter().filter(|&&t| data.cells[t][data.pick(&oof[t], &mean_cost, 0.0)].resolved).count() as f64;
             let log_loss: f64 = train
                 .iter()
                 .flat_map(|&t| (0..models).map(move |m| (t, m)))
@@ -338,11 +338,18 @@ pub fn select_and_fit(data: &Dataset, kernels: &KernelSet, train: &[usize], sett
     // Each mode's λ, on the out-of-fold predictions of the chosen setting.
     let at = |lambda: f64| {
         train.iter().fold((0.0, 0.0), |(r, c), &t| {
-            let cell = data.cells[t][pick(&oof[t], &mean_cost, lambda)];
+            let cell = data.cells[t][data.pick(&oof[t], &mean_cost, lambda)];
             (r + cell.resolved as u8 as f64, c + cell.cost_usd)
         })
     };
-    let points: Vec<(f64, f64, f64)> = settings.lambdas.iter().map(|&l| (l, at(l).0, at(l).1)).collect();
+    let points: Vec<(f64, f64, f64)> = settings
+        .lambdas
+        .iter()
+        .map(|&l| {
+            let (resolved, cost) = at(l);
+            (l, resolved, cost)
+        })
+        .collect();
     let single = (0..models)
         .map(|m| train.iter().fold((0.0, 0.0), |(r, c), &t| (r + data.cells[t][m].resolved as u8 as f64, c + data.cells[t][m].cost_usd)))
         .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)))
@@ -394,10 +401,10 @@ pub fn cross_validate_seed(data: &Dataset, kernels_for: &dyn Fn(&[usize]) -> Ker
         for &t in test {
             let p = selected.probabilities(&kernels, t);
             for (l, &lambda) in settings.lambdas.iter().enumerate() {
-                by_lambda[l][t] = pick(&p, &selected.mean_cost, lambda);
+                by_lambda[l][t] = data.pick(&p, &selected.mean_cost, lambda);
             }
             for (m, &lambda) in selected.lambdas.iter().enumerate() {
-                by_mode[m][t] = pick(&p, &selected.mean_cost, lambda);
+                by_mode[m][t] = data.pick(&p, &selected.mean_cost, lambda);
             }
         }
         chosen.push((kernels[selected.features].0.clone(), selected.reg, selected.lambdas));
@@ -472,20 +479,16 @@ pub struct RoutedTask {
 /// Totals of routed tasks' choices under one scoring and mode, over the
 /// tasks routed (ids looked up in `data`); tasks it does not know are skipped.
 pub fn routed_totals(data: &Dataset, routed: &[RoutedTask], head: bool, mode: &str) -> Totals {
-    let mut out = Totals::default();
+    let mut choices = vec![0; data.tasks.len()];
+    let mut tasks = Vec::new();
     for r in routed {
         let tops = if head { &r.head_top } else { &r.similarity_top };
-        let (Some(t), Some(m)) =
-            (data.tasks.iter().position(|t| t.id == r.id), tops.get(mode).and_then(|id| data.models.iter().position(|m| m == id)))
-        else {
-            continue;
-        };
-        let cell = data.cells[t][m];
-        out.resolved += cell.resolved as u8 as f64;
-        out.cost_usd += cell.cost_usd;
-        out.cost_usd_imputed += data.imputed_cost[t][m];
+        if let (Some(t), Some(m)) = (data.task_index(&r.id), tops.get(mode).and_then(|id| data.model_index(id))) {
+            choices[t] = m;
+            tasks.push(t);
+        }
     }
-    out
+    totals(data, &choices, &tasks)
 }
 
 /// The trained head a study wrote, by id.
@@ -550,11 +553,13 @@ pub struct QualityStudy {
 pub const FAILED_RUN_RULE: &str = "a run with zero input tokens, zero output tokens and zero cost (all on SWE-bench) is a failed run: \
 unresolved, at its recorded $0 in `cost`; `cost (imputed)` charges it the model's mean cost over the split's runs that did run";
 
-fn money(v: f64) -> String {
+/// Dollars as the tables print them: `$18.27`.
+pub fn money(v: f64) -> String {
     format!("${v:.2}")
 }
 
-fn count(s: &Stat) -> String {
+/// A count over seeds as the tables print it: `122.4 ± 2.9`, or `113` when exact.
+pub fn count(s: &Stat) -> String {
     if s.std > 0.0 {
         format!("{:.1} ± {:.1}", s.mean, s.std)
     } else {

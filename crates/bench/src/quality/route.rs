@@ -64,16 +64,35 @@ pub fn route_task(router: &mut Router, head: Option<&LoadedHead>, id: &str, prom
 /// What routing many tasks produced, per task in the given order.
 #[derive(Debug, Clone, Default)]
 pub struct Routed {
-    /// The mode names, in the order of `top`'s columns.
+    /// The pool's mode names.
     pub modes: Vec<String>,
-    /// `[task][mode]`: the pool index `decide` ranked first (similarity).
-    pub top: Vec<Vec<usize>>,
+    /// Decisions, tokens and decide time per task.
+    pub tasks: Vec<RoutedTask>,
+    /// Similarity scores and estimated costs in pool order (λ curves).
     pub scores: Vec<Vec<f64>>,
     pub costs: Vec<Vec<f64>>,
     pub features: Vec<PooledFeatures>,
-    pub decide_ms: Vec<f64>,
-    pub tokens_used: Vec<usize>,
-    pub tasks: Vec<RoutedTask>,
+}
+
+impl Routed {
+    /// Mean and last-token features, one row per task, as the CV reads them.
+    pub fn pooled(&self) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+        pooled(&self.features)
+    }
+
+    /// The prefilling decide of every task.
+    pub fn decide(&self) -> Option<crate::Summary> {
+        crate::Summary::of(&self.tasks.iter().map(|t| t.decide_ms).collect::<Vec<_>>())
+    }
+
+    /// Mean tokens prefilled per task.
+    pub fn tokens_used_mean(&self) -> f64 {
+        self.tasks.iter().map(|t| t.tokens_used).sum::<usize>() as f64 / self.tasks.len().max(1) as f64
+    }
+}
+
+fn pooled(features: &[PooledFeatures]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    (features.iter().map(|f| f.mean.clone()).collect(), features.iter().map(|f| f.last.clone()).collect())
 }
 
 /// Routes every task with the similarity scoring ([`route_task`]).
@@ -83,13 +102,9 @@ pub fn route_all(router: &mut Router, tasks: &[&super::Task], progress: &mut dyn
     for (i, task) in tasks.iter().enumerate() {
         progress(i, tasks.len());
         let outcome = route_task(router, None, &task.id, &task.prompt)?;
-        let index = |id: &str| router.pool.candidates.iter().position(|c| c.id == id).unwrap_or(0);
-        out.top.push(modes.iter().map(|m| index(&outcome.routed.similarity_top[m])).collect());
         out.scores.push(outcome.scores);
         out.costs.push(outcome.costs);
         out.features.push(outcome.features);
-        out.decide_ms.push(outcome.routed.decide_ms);
-        out.tokens_used.push(outcome.routed.tokens_used);
         out.tasks.push(outcome.routed);
     }
     progress(tasks.len(), tasks.len());
@@ -131,14 +146,13 @@ pub fn train_head(
     settings: &super::CvSettings,
     trained_on: &str,
 ) -> router::Head {
-    let mean: Vec<Vec<f32>> = features.iter().map(|f| f.mean.clone()).collect();
-    let last: Vec<Vec<f32>> = features.iter().map(|f| f.last.clone()).collect();
+    let (mean, last) = pooled(features);
     let all: Vec<usize> = (0..data.tasks.len()).collect();
     let kernels = hidden_kernels(&mean, &last, &all);
     let selected = super::select_and_fit(data, &kernels, &all, settings, 7);
     let pooling = router::Pooling::ALL[selected.features];
     let chosen = if selected.features == 0 { &mean } else { &last };
-    let (_, standardiser) = super::learn::dense_kernel(chosen, &all);
+    let standardiser = super::learn::standardise(chosen, &all);
     let candidates = selected
         .fits
         .iter()
