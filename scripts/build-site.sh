@@ -48,6 +48,9 @@ fi
 # Its in-browser evaluation reads the OOD176 files (MIT) from router/data/.
 cp reports/router-quality.cpu.json pkg/router/quality.json
 cp reports/head.smollm2-135m.json pkg/router/head.smollm2-135m.json
+# The measured serving study (bench-decide --serve): the Serving card shows
+# it on request; its own load runs read the same OOD176 prompts.
+cp reports/router-serve.cpu.json pkg/router/serve.json
 mkdir -p pkg/router/data
 cp data/coderouterbench/ood176_tasks.jsonl data/coderouterbench/ood176_results_long.csv pkg/router/data/
 # Last, once every file is in place: the service worker's file lists.

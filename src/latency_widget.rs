@@ -195,7 +195,11 @@ impl Widget {
             | FromWorker::PrefixStep { .. }
             | FromWorker::PrefixDone { .. }
             | FromWorker::TaskRouted { .. }
-            | FromWorker::RouteDone { .. } => {}
+            | FromWorker::RouteDone { .. }
+            | FromWorker::ServeStarted { .. }
+            | FromWorker::ServeTick { .. }
+            | FromWorker::ServeRunDone { .. }
+            | FromWorker::ServeDone { .. } => {}
         }
     }
 

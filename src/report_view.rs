@@ -85,6 +85,10 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(
         Ok(study) => view! { <QualityView report=report.clone() study=study/> }.into_any(),
         Err(e) => view! { <p class="problem" role="alert">{e}</p> }.into_any(),
     });
+    let serve = report.serve().map(|study| match study {
+        Ok(study) => view! { <crate::serve_view::ServeView study=study/> }.into_any(),
+        Err(e) => view! { <p class="problem" role="alert">{e}</p> }.into_any(),
+    });
     let latency = (!report.results.is_empty()).then(|| view! {
         <div class="table-wrap">
             <table class="bench-table" data-testid="bench-table">
@@ -130,6 +134,7 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(
     view! {
         {latency}
         {quality}
+        {serve}
         {comparison}
         <details class="provenance" data-testid="bench-provenance" open>
             <summary>"Environment and provenance"</summary>

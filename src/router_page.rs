@@ -23,6 +23,7 @@ use wire::{Activity, BuildInfo, FromWorker, ModelInfo, Source, StorageInfo, ToWo
 use crate::browser;
 use crate::quality_view::QualityView;
 use crate::report_view::{measured_where, ReportView};
+use crate::serve_view::ServeView;
 use crate::worker_client::{WorkerBuild, WorkerClient};
 
 /// Seconds a running call may take to honour Cancel before the worker is
@@ -59,6 +60,8 @@ enum Job {
     PrefixProtocol,
     /// Routing OOD176 tasks for the Quality card.
     RouteTasks,
+    /// The Serving card's load runs.
+    Serve,
 }
 
 /// What was loaded last, to load it again after a restart.
@@ -81,6 +84,16 @@ struct BenchProgress {
     done: usize,
     per_length: usize,
     last_ms: f64,
+}
+
+/// The serving run in progress, as its ticks arrive: its index, the queue
+/// so far, requests ended and arrivals in all.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ServeLive {
+    run: usize,
+    samples: Vec<bench::serve::QueueSample>,
+    finished: usize,
+    arrivals: usize,
 }
 
 /// The page's state: signals are `Copy`, so handlers capture all of it.
@@ -118,6 +131,11 @@ struct Ctx {
     routed_tasks: RwSignal<Vec<bench::quality::RoutedTask>>,
     route_progress: RwSignal<Option<(usize, usize)>>,
     route_done: RwSignal<Option<(String, Option<String>, bool)>>,
+    /// The Serving card: the running run's queue so far (index, samples,
+    /// finished, arrivals), the runs done, and the finished report.
+    serve_live: RwSignal<Option<ServeLive>>,
+    serve_runs: RwSignal<Vec<bench::serve::ServeRun>>,
+    serve_report: RwSignal<Option<(Report, bool)>>,
     worker_started: RwSignal<bool>,
     reload_when_started: RwSignal<bool>,
     /// Counts workers, so a stale timer does not restart a newer one.
@@ -155,6 +173,9 @@ impl Ctx {
             routed_tasks: RwSignal::new(Vec::new()),
             route_progress: RwSignal::new(None),
             route_done: RwSignal::new(None),
+            serve_live: RwSignal::new(None),
+            serve_runs: RwSignal::new(Vec::new()),
+            serve_report: RwSignal::new(None),
             worker_started: RwSignal::new(false),
             reload_when_started: RwSignal::new(false),
             generation: RwSignal::new(0),
@@ -324,6 +345,21 @@ impl Ctx {
                 self.job.set(None);
                 self.cancel_requested.set(false);
                 self.route_done.set(Some((checkpoint_id, head_id, cancelled)));
+            }
+            FromWorker::ServeStarted { .. } => self.serve_live.set(None),
+            FromWorker::ServeTick { run, sample, finished, arrivals } => self.serve_live.update(|live| match live {
+                Some(live) if live.run == run => {
+                    live.samples.push(sample);
+                    (live.finished, live.arrivals) = (finished, arrivals);
+                }
+                _ => *live = Some(ServeLive { run, samples: vec![sample], finished, arrivals }),
+            }),
+            FromWorker::ServeRunDone { run, .. } => self.serve_runs.update(|runs| runs.push(*run)),
+            FromWorker::ServeDone { report, cancelled } => {
+                self.job.set(None);
+                self.cancel_requested.set(false);
+                self.serve_live.set(None);
+                self.serve_report.set(Some((*report, cancelled)));
             }
             FromWorker::Failed { during, message } => {
                 match during {
@@ -504,6 +540,7 @@ fn LivePage(ctx: Ctx) -> impl IntoView {
         <BenchCard ctx=ctx/>
         <PrefixCard ctx=ctx/>
         <QualityCard ctx=ctx/>
+        <ServeCard ctx=ctx/>
     }
 }
 
@@ -525,6 +562,17 @@ fn share_report(report: &Report, shown: RwSignal<Option<String>>) {
     spawn_local(async move {
         let _ = browser::copy_text(&link).await;
     });
+}
+
+/// Fetches a committed report (`file`, beside the page) and the study in
+/// its section; errors name the file and what is missing.
+async fn fetch_study<T>(file: &str, what: &str, section: fn(&Report) -> Option<Result<T, String>>) -> Result<(Report, T), String> {
+    let report = bench::share::parse_report(&browser::fetch_text(file).await?, file)?;
+    match section(&report) {
+        Some(Ok(study)) => Ok((report, study)),
+        Some(Err(e)) => Err(format!("{file}: {e}")),
+        None => Err(format!("{file} holds no {what}")),
+    }
 }
 
 /// The in-browser evaluation's inputs, fetched on first use.
@@ -714,13 +762,8 @@ fn QualityCard(ctx: Ctx) -> impl IntoView {
     let show = move |_| {
         state.set(QualityState::Loading);
         spawn_local(async move {
-            let loaded = browser::fetch_text("quality.json").await.and_then(|text| bench::share::parse_report(&text, "quality.json"));
-            state.set(match loaded {
-                Ok(report) => match report.quality() {
-                    Some(Ok(study)) => QualityState::Shown(Box::new((report, study))),
-                    Some(Err(e)) => QualityState::Failed(format!("quality.json: {e}")),
-                    None => QualityState::Failed("quality.json holds no quality study".into()),
-                },
+            state.set(match fetch_study("quality.json", "quality study", Report::quality).await {
+                Ok((report, study)) => QualityState::Shown(Box::new((report, study))),
                 Err(e) => QualityState::Failed(e),
             });
         });
@@ -1313,5 +1356,298 @@ fn PrefixReportView(report: PrefixReport, cancelled: bool) -> impl IntoView {
                 report.budget_tokens, bytes_label(report.budget_bytes as f64), bytes_label(report.bytes_per_token as f64), report.score_tolerance
             )}</p>
         </div>
+    }
+}
+
+/// The Serving card's inputs, as typed (kept when invalid).
+#[derive(Debug, Clone, PartialEq)]
+struct ServeForm {
+    rates: String,
+    chunks: String,
+    policy: String,
+    duration: String,
+    warmup: String,
+    seed: String,
+    timeout: String,
+    queue_limit: String,
+    slo: String,
+}
+
+impl Default for ServeForm {
+    fn default() -> Self {
+        ServeForm {
+            // The native study's settings, at a rate a 2-core machine's
+            // browser sustains (a 1,024-token decide takes seconds there).
+            rates: "0.25".into(),
+            chunks: "whole".into(),
+            policy: "fcfs".into(),
+            duration: "30".into(),
+            warmup: "5".into(),
+            seed: "1".into(),
+            timeout: "15000".into(),
+            queue_limit: "16".into(),
+            slo: "4000".into(),
+        }
+    }
+}
+
+/// Most runs one Serving request may ask for (each runs in real time).
+const MAX_SERVE_RUNS: usize = 24;
+
+impl ServeForm {
+    /// The runs these inputs ask for (rates × chunks × policies), or the
+    /// first problem, naming the field.
+    fn runs(&self) -> Result<Vec<bench::serve::ServeSettings>, String> {
+        use bench::serve::{Policy, ServeSettings};
+        fn number(text: &str, field: &str) -> Result<f64, String> {
+            text.trim().parse::<f64>().map_err(|_| format!("{field}: `{}` is not a number", text.trim()))
+        }
+        let list = |text: &str| text.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect::<Vec<_>>();
+        let rates = list(&self.rates).iter().map(|r| number(r, "rates")).collect::<Result<Vec<_>, _>>()?;
+        let chunks = list(&self.chunks)
+            .iter()
+            .map(|c| match c.as_str() {
+                "whole" | "none" => Ok(None),
+                n => n
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .map(Some)
+                    .ok_or_else(|| format!("chunks: `{n}` is not a number of tokens or `whole`")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let policies = match self.policy.as_str() {
+            "both" => Policy::ALL.to_vec(),
+            p => vec![Policy::parse(p).map_err(|e| e.to_string())?],
+        };
+        if rates.is_empty() || chunks.is_empty() {
+            return Err("rates and chunks: give at least one value each".into());
+        }
+        let queue_limit = self
+            .queue_limit
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("queue limit: `{}` is not a whole number", self.queue_limit.trim()))?;
+        let seed = self.seed.trim().parse::<u64>().map_err(|_| format!("seed: `{}` is not a whole number", self.seed.trim()))?;
+        let base = ServeSettings {
+            duration_s: number(&self.duration, "duration")?,
+            warmup_s: number(&self.warmup, "warm-up")?,
+            timeout_ms: number(&self.timeout, "timeout")?,
+            drain_s: number(&self.timeout, "timeout")? / 1000.0,
+            slo_ms: number(&self.slo, "SLO")?,
+            queue_limit,
+            seed,
+            ..ServeSettings::default()
+        };
+        let mut runs = Vec::new();
+        for &rate in &rates {
+            for &chunk in &chunks {
+                for &policy in &policies {
+                    let settings = ServeSettings { rate_per_s: rate, chunk, policy, ..base.clone() };
+                    settings.check().map_err(|e| e.to_string())?;
+                    runs.push(settings);
+                }
+            }
+        }
+        if runs.len() > MAX_SERVE_RUNS {
+            return Err(format!("{} runs asked (rates × chunks × policies); at most {MAX_SERVE_RUNS} at a time", runs.len()));
+        }
+        Ok(runs)
+    }
+}
+
+/// Where the Serving card's native study stands.
+#[derive(Debug, Clone, PartialEq)]
+enum NativeServe {
+    Idle,
+    Loading,
+    Shown(Box<bench::serve::ServeStudy>),
+    Failed(String),
+}
+
+/// The serving test (note 06): the native study on request, and load runs
+/// in this page's worker with a live queue chart, the timeline and tables,
+/// export and a share link.
+#[component]
+fn ServeCard(ctx: Ctx) -> impl IntoView {
+    let form = RwSignal::new(ServeForm::default());
+    let native = RwSignal::new(NativeServe::Idle);
+    let share_link = RwSignal::new(None::<String>);
+    let fetched_tasks = StoredValue::new_local(None::<Vec<wire::TaskPrompt>>);
+    let fetching = RwSignal::new(false);
+    // The runs sent to the worker (the form may change while they run).
+    let running = StoredValue::new(Vec::<bench::serve::ServeSettings>::new());
+    // A replayed trace file (name, text, and its problem if it has one).
+    let trace = RwSignal::new(None::<(String, String, Option<String>)>);
+    let pick_trace = move |ev: leptos::ev::Event| {
+        let Some(file) = file_from_input(&ev) else { return };
+        spawn_local(async move {
+            let name = file.name();
+            match browser::read_file_text(file).await {
+                Ok(text) => {
+                    let problem = bench::serve::parse_trace(&text).err().map(|e| format!("{name}: {e}"));
+                    trace.set(Some((name, text, problem)));
+                }
+                Err(e) => trace.set(Some((name.clone(), String::new(), Some(format!("{name}: {e}"))))),
+            }
+        });
+    };
+    let problem = move || form.with(|f| f.runs().err()).or_else(|| trace.with(|t| t.as_ref().and_then(|t| t.2.clone())));
+    let can_run = move || {
+        ctx.status.get() == Status::Ready && ctx.job.get().is_none() && !ctx.deciding.get() && !fetching.get() && problem().is_none()
+    };
+    let show_native = move |_| {
+        native.set(NativeServe::Loading);
+        spawn_local(async move {
+            native.set(match fetch_study("serve.json", "serving study", Report::serve).await {
+                Ok((_, study)) => NativeServe::Shown(Box::new(study)),
+                Err(e) => NativeServe::Failed(e),
+            });
+        });
+    };
+    let run = move |_| {
+        let Ok(mut runs) = form.get_untracked().runs() else { return };
+        if trace.with_untracked(Option::is_some) {
+            // A trace fixes the arrivals: one run per chunk and policy.
+            let first = runs[0].rate_per_s;
+            runs.retain(|r| r.rate_per_s == first);
+        }
+        fetching.set(true);
+        spawn_local(async move {
+            let tasks = match fetched_tasks.get_value() {
+                Some(tasks) => Ok(tasks),
+                None => browser::fetch_text("data/ood176_tasks.jsonl").await.and_then(|text| {
+                    bench::tasks::parse_jsonl(&text, "data/ood176_tasks.jsonl")
+                        .map(|tasks| tasks.into_iter().map(|t| wire::TaskPrompt { id: t.id, prompt: t.prompt }).collect())
+                }),
+            };
+            fetching.set(false);
+            let tasks = match tasks {
+                Ok(tasks) => tasks,
+                Err(e) => return ctx.alert.set(Some(format!("The prompts could not be read: {e}"))),
+            };
+            fetched_tasks.set_value(Some(tasks.clone()));
+            ctx.alert.set(None);
+            let mode = Some(ctx.form.get_untracked().mode).filter(|m| !m.is_empty());
+            let trace = trace.get_untracked().map(|t| t.1);
+            running.set_value(runs.clone());
+            if ctx.send(&ToWorker::Serve { runs, tasks, trace, mode }, None) {
+                ctx.job.set(Some(Job::Serve));
+                ctx.serve_runs.set(Vec::new());
+                ctx.serve_live.set(None);
+                ctx.serve_report.set(None);
+                share_link.set(None);
+                ctx.cancel_requested.set(false);
+            }
+        });
+    };
+    let field = move |label: &'static str, id: &'static str, get: fn(&ServeForm) -> String, set: fn(&mut ServeForm, String)| {
+        view! {
+            <label class="field small">{label}
+                <input type="text" data-testid=id prop:value=move || form.with(get) on:input=move |ev| form.update(|f| set(f, event_target_value(&ev)))/>
+            </label>
+        }
+    };
+    let live = move || {
+        (ctx.job.get() == Some(Job::Serve)).then(|| {
+            let ServeLive { run: index, samples, finished, arrivals } = ctx.serve_live.get().unwrap_or_default();
+            let total = running.with_value(Vec::len).max(1);
+            let end = running.with_value(|r| r.get(index).map_or(1000.0, |s| s.end_ms()));
+            let now = samples.last().map_or(0.0, |s| s.t_ms);
+            let queue = bench::serve::plot::queue_svg(&samples, end, &format!("run {} of {total}", index + 1));
+            let text = format!(
+                "run {} of {total} · {:.1} s · {finished} of {arrivals} requests ended · {} in the system now",
+                index + 1,
+                now / 1000.0,
+                samples.last().map_or(0, |s| s.in_system)
+            );
+            let done: Vec<String> = ctx.serve_runs.with(|runs| runs.iter().map(bench::serve::summary_line).collect());
+            view! {
+                <JobProgress ctx=ctx id="serve" label="Serving test progress" value=index as f64 + (now / end).min(1.0) max=total as f64 text=text/>
+                <figure class="plot" data-testid="serve-live-queue" inner_html=queue></figure>
+                <ul class="note" data-testid="serve-runs-done">{done.into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}</ul>
+            }
+        })
+    };
+    let result = move || {
+        ctx.serve_report.get().map(|(report, cancelled)| {
+            let study = report.serve().and_then(Result::ok);
+            let export_report = report.clone();
+            let export = move |_| {
+                let json = serde_json::to_string_pretty(&export_report).unwrap_or_default();
+                if let Err(e) = browser::download_text("router-serve.browser.json", &json, "application/json") {
+                    ctx.alert.set(Some(format!("Export failed: {e}")));
+                }
+            };
+            let shared = report.clone();
+            view! {
+                <h3>"Measured in this browser"</h3>
+                {cancelled.then(|| view! { <p class="note" data-testid="serve-cancelled">"Cancelled: the runs so far are shown; the last one stopped early."</p> })}
+                <div class="row">
+                    <button type="button" data-testid="serve-export" on:click=export>"Export JSON"</button>
+                    <button type="button" data-testid="serve-share" on:click=move |_| share_report(&shared, share_link)>"Copy a share link"</button>
+                </div>
+                {move || share_link.get().map(|link| view! { <p class="note"><a data-testid="serve-share-link" href=link.clone()>"Share link"</a>" (copied)"</p> })}
+                {study.map(|study| view! { <ServeView study=study/> })}
+            }
+        })
+    };
+    view! {
+        <section class="card" aria-labelledby="serve-h">
+            <h2 id="serve-h">"6 · The router under load (note 06)"</h2>
+            <p class="note">
+                "Open-loop arrivals (Poisson, from a seed) of the OOD176 prompts, cut to router_max_tokens, against one engine: this worker runs one request's work at a time, "
+                "and requests that arrive while it computes wait in a bounded queue (full: rejected at once). A client gives up after the timeout: a waiting request is dropped, "
+                "a started one abandoned between chunks. With chunked prefill, a long prompt is prefilled C tokens at a time and the policy picks who runs between chunks. "
+                "Every request is kept: served, timed out, rejected, failed or unfinished. The page stays usable while it runs."
+            </p>
+            <div class="row">
+                <button type="button" data-testid="serve-native-show" disabled=move || native.get() == NativeServe::Loading on:click=show_native>
+                    "Show the native study"
+                </button>
+            </div>
+            {move || match native.get() {
+                NativeServe::Shown(study) => Some(view! { <h3>"Measured natively (bench-decide --serve)"</h3><ServeView study=*study/> }.into_any()),
+                NativeServe::Failed(e) => Some(view! { <p class="problem" role="alert" data-testid="serve-native-error">{e}</p> }.into_any()),
+                NativeServe::Loading => Some(view! { <p class="note">"Fetching serve.json…"</p> }.into_any()),
+                NativeServe::Idle => None,
+            }}
+            <h3>"Run it here"</h3>
+            <div class="row">
+                {field("Rates (req/s, comma-separated)", "serve-rates", |f| f.rates.clone(), |f, v| f.rates = v)}
+                {field("Chunks (tokens or whole)", "serve-chunks", |f| f.chunks.clone(), |f, v| f.chunks = v)}
+                <label class="field small">"Between chunks"
+                    <select data-testid="serve-policy" on:change=move |ev| form.update(|f| f.policy = event_target_value(&ev))>
+                        <option value="fcfs">"FCFS"</option>
+                        <option value="shortest_first">"shortest first"</option>
+                        <option value="both">"both"</option>
+                    </select>
+                </label>
+                {field("Duration (s)", "serve-duration", |f| f.duration.clone(), |f, v| f.duration = v)}
+                {field("Warm-up (s)", "serve-warmup", |f| f.warmup.clone(), |f, v| f.warmup = v)}
+                {field("Seed", "serve-seed", |f| f.seed.clone(), |f, v| f.seed = v)}
+                {field("Client timeout (ms)", "serve-timeout", |f| f.timeout.clone(), |f, v| f.timeout = v)}
+                {field("Queue limit", "serve-queue-limit", |f| f.queue_limit.clone(), |f, v| f.queue_limit = v)}
+                {field("SLO (ms, arrival → decision)", "serve-slo", |f| f.slo.clone(), |f, v| f.slo = v)}
+                <label class="field small">"Or replay a trace (JSON lines: at_ms and a task id or a conversation)"
+                    <input type="file" accept=".jsonl,.json,.txt" data-testid="serve-trace" on:change=pick_trace/>
+                </label>
+            </div>
+            {move || trace.get().map(|(name, _, _)| view! {
+                <p class="note" data-testid="serve-trace-name">
+                    {format!("Replaying {name}: its arrival times replace the Poisson arrivals (the rates are ignored; the duration stretches to cover it). ")}
+                    <button type="button" class="link" on:click=move |_| trace.set(None)>"Use Poisson arrivals again"</button>
+                </p>
+            })}
+            {move || problem().map(|p| view! { <p class="field-error" role="alert" data-testid="serve-problem">{p}</p> })}
+            <div class="row">
+                <button type="button" data-testid="serve-run" disabled=move || !can_run() on:click=run>
+                    {move || if fetching.get() { "Fetching the prompts…" } else { "Start the load" }}
+                </button>
+            </div>
+            {move || (ctx.status.get() != Status::Ready).then(|| view! { <p class="note">"Load the model first (card 1)."</p> })}
+            {live}
+            {result}
+        </section>
     }
 }

@@ -146,7 +146,7 @@ test('load, decide, bench, export, compare and share on the real model', async (
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('bench-export').click()]);
   const report = JSON.parse(await readFile(await download.path(), 'utf8'));
   assert.deepEqual(Object.keys(report).sort(), Object.keys(NATIVE).sort());
-  assert.equal(report.schema, 'workbench.router-latency/3');
+  assert.equal(report.schema, 'workbench.router-latency/4');
   assert.equal(report.environment.runtime, 'browser');
   assert.equal(report.environment.target, 'wasm32-unknown-unknown');
   // The site is cross-origin isolated: the threads build, one thread per core (up to 8).

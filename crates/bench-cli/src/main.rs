@@ -82,9 +82,17 @@ struct Args {
     quality: bool,
     #[command(flatten)]
     quality_flags: quality::QualityFlags,
+    /// Instead of the latency protocol: the serving test (note 06). Open-loop
+    /// arrivals of OOD176 prompts against one engine, with a bounded queue,
+    /// client timeouts and chunked prefill; one record per request.
+    #[arg(long)]
+    serve: bool,
+    #[command(flatten)]
+    serve_flags: serve::ServeFlags,
 }
 
 mod quality;
+mod serve;
 
 fn main() -> ExitCode {
     bench_cli::exit("bench-decide", run(Args::parse()))
@@ -99,6 +107,9 @@ fn run(args: Args) -> Result<()> {
     }
     if args.quality {
         return quality::run(&args.router, &args.quality_flags, &args.out);
+    }
+    if args.serve {
+        return serve::run(&args.router, &args.serve_flags, &args.out);
     }
     let texts = prompt_texts(&args.prompts)?;
     let started_unix_ms = bench_cli::unix_ms_now();
@@ -169,6 +180,7 @@ fn run(args: Args) -> Result<()> {
         prefix,
         truncation,
         quality: None,
+        serve: None,
     };
     bench_cli::write_report(&args.out, &report)?;
     println!("{}\n\n{}\n{}\n", report.table(), report.conditions(), report.boundaries());

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use bench::quality::{self, route, CvSettings, Dataset, Family, QualityStudy, SeedOutcome, Subset};
-use bench::report::{ProtocolRecord, Provenance, Report, SCHEMA};
+use bench::report::{Provenance, Report};
 use bench_cli::{read, Loaded, RouterFlags};
 use router::{Router, TruncationSide};
 
@@ -230,17 +230,12 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
         published_note: quality::PUBLISHED_NOTE.into(),
         per_task,
     };
-    let mut report = Report {
-        schema: SCHEMA.into(),
-        environment: bench_cli::native_environment(started_unix_ms),
-        provenance: Provenance::of(&router, &checkpoint_file),
-        protocol: ProtocolRecord { lengths: Vec::new(), warmup: 0, iterations: 0, prompts_source: q.tasks.display().to_string() },
-        load: router.load_timings,
-        results: Vec::new(),
-        prefix: None,
-        truncation: None,
-        quality: None,
-    };
+    let mut report = Report::for_study(
+        bench_cli::native_environment(started_unix_ms),
+        Provenance::of(&router, &checkpoint_file),
+        router.load_timings,
+        q.tasks.display().to_string(),
+    );
     report.set_quality(&study);
     bench_cli::write_report(out, &report)?;
     // Printed from the report as written, so what is shown is what was stored.

@@ -174,3 +174,74 @@ fn quality_refuses_bad_data_with_the_file_and_line() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[test]
+fn serve_replays_a_trace_and_keeps_every_request() {
+    // Three short tasks at once and a conversation a little later, a queue
+    // of two: one arrival is rejected, the rest are served with chunks of 32.
+    let tasks = tmp("serve-tasks.jsonl");
+    std::fs::write(
+        &tasks,
+        "{\"task_id\": \"a\", \"prompt\": \"Fix the failing parser test in the tokenizer module.\"}\n\
+         {\"task_id\": \"b\", \"prompt\": \"Why does this Rust program segfault when the vector grows past its capacity? It uses unsafe code to push.\"}\n",
+    )
+    .unwrap();
+    let trace = tmp("trace.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"at_ms\": 0, \"task\": \"a\"}\n{\"at_ms\": 0, \"task\": \"b\"}\n{\"at_ms\": 0, \"task\": \"a\"}\n\
+         {\"at_ms\": 1500, \"conversation\": {\"messages\": [{\"role\": \"user\", \"content\": \"Refactor the CLI flags.\"}]}}\n",
+    )
+    .unwrap();
+    let out = tmp("serve.json");
+    let args = [
+        "--serve",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--serve-tasks",
+        tasks.to_str().unwrap(),
+        "--duration",
+        "2",
+        "--warmup-s",
+        "0",
+        "--chunk",
+        "32",
+        "--queue-limit",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let (code, stdout, stderr) = bench_decide(&args, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("| offered /s | chunk | policy |"), "{stdout}");
+    let r: bench::Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let study = r.serve().unwrap().unwrap();
+    assert_eq!(study.arrivals, trace.display().to_string());
+    let run = &study.runs[0];
+    let outcomes: Vec<bench::serve::Outcome> = run.records.iter().map(|r| r.outcome).collect();
+    use bench::serve::Outcome::{Rejected, Served};
+    assert_eq!(outcomes, [Served, Served, Rejected, Served], "{:#?}", run.records);
+    assert_eq!(run.records[3].task, "trace-arrival-4");
+    for r in run.records.iter().filter(|r| r.outcome == Served) {
+        assert_eq!(r.chunks, r.tokens.div_ceil(32), "{r:?}");
+        assert!(r.prefill_ms > 0.0 && r.start_ms.unwrap() >= r.arrival_ms && r.top.is_some());
+    }
+    // The second request waited for the first.
+    assert!(run.records[1].queue_ms > 0.0);
+    assert!(out.with_extension("timeline.svg").exists());
+
+    // Bad flags and traces are named.
+    let (code, _, stderr) = bench_decide(&["--serve", "--chunk", "0", "--out", out.to_str().unwrap()], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--chunk 0"), "{stderr}");
+    let (code, _, stderr) = bench_decide(&["--serve", "--rate", "0", "--out", out.to_str().unwrap()], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("rate: must be"), "{stderr}");
+    std::fs::write(&trace, "{\"at_ms\": 0, \"task\": \"zzz\"}\n").unwrap();
+    let (code, _, stderr) = bench_decide(
+        &["--serve", "--trace", trace.to_str().unwrap(), "--serve-tasks", tasks.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert!(stderr.contains("trace line 1: task `zzz` is not in the task file"), "{stderr}");
+}

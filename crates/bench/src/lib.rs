@@ -18,6 +18,7 @@ pub mod quality;
 pub mod report;
 #[cfg(feature = "engine")]
 pub mod run;
+pub mod serve;
 pub mod share;
 pub mod stats;
 pub mod tasks;

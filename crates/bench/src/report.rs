@@ -12,11 +12,12 @@ use crate::stats::Summary;
 /// Version 2 added the prefix-reuse protocol (`prefix`) and the cache's
 /// `lookup_ms` and `insert_ms` stages; a version-1 report reads as a
 /// version-2 one without them. Version 3 added the routing-quality study
-/// (`quality`); older reports read as version 3 without it.
-pub const SCHEMA: &str = "workbench.router-latency/3";
+/// (`quality`); older reports read as version 3 without it. Version 4
+/// added the serving test (`serve`); older reports read without it.
+pub const SCHEMA: &str = "workbench.router-latency/4";
 
 /// Every schema a report may be read from.
-pub const SCHEMAS_READ: [&str; 3] = ["workbench.router-latency/1", "workbench.router-latency/2", SCHEMA];
+pub const SCHEMAS_READ: [&str; 4] = ["workbench.router-latency/1", "workbench.router-latency/2", "workbench.router-latency/3", SCHEMA];
 
 /// Where a measurement was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -121,13 +122,45 @@ pub struct Report {
     /// this way only code that asks for it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality: Option<serde_json::Value>,
+    /// The serving test (`bench-decide --serve`, or the page's Serving
+    /// panel): a [`crate::serve::ServeStudy`], untyped here for the same
+    /// reason as `quality`, typed by [`Report::serve`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<serde_json::Value>,
 }
 
 impl Report {
+    /// A report that carries a study (quality, serving) and no latency
+    /// protocol: its section is set afterwards.
+    pub fn for_study(environment: Environment, provenance: Provenance, load: LoadTimings, prompts_source: String) -> Report {
+        Report {
+            schema: SCHEMA.into(),
+            environment,
+            provenance,
+            protocol: ProtocolRecord { lengths: Vec::new(), warmup: 0, iterations: 0, prompts_source },
+            load,
+            results: Vec::new(),
+            prefix: None,
+            truncation: None,
+            quality: None,
+            serve: None,
+        }
+    }
+
     /// The routing-quality study, when the report has one; an error says
     /// what in it does not match the schema.
     pub fn quality(&self) -> Option<Result<crate::quality::QualityStudy, String>> {
         self.quality.as_ref().map(|v| serde_json::from_value(v.clone()).map_err(|e| format!("the report's quality section: {e}")))
+    }
+
+    /// The serving study, when the report has one.
+    pub fn serve(&self) -> Option<Result<crate::serve::ServeStudy, String>> {
+        self.serve.as_ref().map(|v| serde_json::from_value(v.clone()).map_err(|e| format!("the report's serve section: {e}")))
+    }
+
+    /// Stores a serving study in the report.
+    pub fn set_serve(&mut self, study: &crate::serve::ServeStudy) {
+        self.serve = Some(serde_json::to_value(study).expect("a study always serialises"));
     }
 
     /// Stores a routing-quality study in the report.

@@ -87,7 +87,7 @@ mod tests {
         assert!(decode(&not_a_report).unwrap_err().contains("not a latency report"));
         let mut other = sample_report();
         other.schema = "workbench.router-latency/0".into();
-        assert!(decode(&encode(&other)).unwrap_err().contains("expected `workbench.router-latency/3`"));
+        assert!(decode(&encode(&other)).unwrap_err().contains("expected `workbench.router-latency/4`"));
         assert!(parse_report("[]", "native.json").unwrap_err().starts_with("native.json: not a latency report"));
     }
 

@@ -57,5 +57,6 @@ pub fn sample_report() -> Report {
         prefix: None,
         truncation: None,
         quality: None,
+        serve: None,
     }
 }

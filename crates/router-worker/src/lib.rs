@@ -5,8 +5,9 @@
 //! itself (the 98 MB never pass through a message; a second checkpoint the
 //! manifest offers on request, Gemma 3, only when the user asks), checks its
 //! SHA-256 against the site's manifest, keeps it in the Cache API for the next visit,
-//! and runs `Router.decide` and the latency [`Session`] — the same library
-//! code `bench-decide` runs natively.
+//! and runs `Router.decide`, the latency [`Session`] and the serving test's
+//! `bench::serve::Server` — the same library code `bench-decide` runs
+//! natively.
 //!
 //! The bench yields to the event loop between calls, so a Cancel message is
 //! read within one call; a call itself cannot be interrupted (the page
@@ -21,6 +22,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use bench::report::{component_versions, Environment, ProtocolRecord, Provenance, Report, SCHEMA};
+use bench::serve::{self, ServeSettings};
 use bench::tasks::Task;
 use bench::{Protocol, Session};
 use js_sys::Reflect;
@@ -129,7 +131,9 @@ impl RouterWorker {
         let activity = match &message {
             ToWorker::LoadBundled { .. } | ToWorker::LoadFile { .. } => Activity::Load,
             ToWorker::Decide { .. } | ToWorker::GemmProbe { .. } => Activity::Decide,
-            ToWorker::Bench { .. } | ToWorker::PrefixProtocol { .. } | ToWorker::RouteTasks { .. } => Activity::Bench,
+            ToWorker::Bench { .. } | ToWorker::PrefixProtocol { .. } | ToWorker::RouteTasks { .. } | ToWorker::Serve { .. } => {
+                Activity::Bench
+            }
             ToWorker::Storage | ToWorker::ClearCache | ToWorker::Cancel => Activity::Storage,
         };
         if matches!(activity, Activity::Load | Activity::Decide | Activity::Bench) {
@@ -153,6 +157,7 @@ impl RouterWorker {
             }
             ToWorker::PrefixProtocol { long_tokens, iterations } => self.prefix_protocol(long_tokens, iterations).await,
             ToWorker::RouteTasks { tasks, head_json } => self.route_tasks(tasks, head_json).await,
+            ToWorker::Serve { runs, tasks, trace, mode } => self.serve(runs, tasks, trace, mode).await,
             ToWorker::GemmProbe { m, k, n, repeats } => match router::model::gemm_probe(m, k, n, repeats) {
                 Ok(probe) => {
                     post(&FromWorker::GemmProbed { probe });
@@ -378,6 +383,131 @@ impl RouterWorker {
         Ok(())
     }
 
+    /// The serving test: each run in real time on this worker's one
+    /// engine, through the same `bench::serve::Server` the native CLI
+    /// steps. While the engine is idle the worker awaits a timer (at most
+    /// 50 ms at a time, so Cancel is read); while it works it yields at
+    /// most every 100 ms, to post the queue and let Cancel in.
+    async fn serve(
+        &self,
+        runs: Vec<ServeSettings>,
+        tasks: Vec<wire::TaskPrompt>,
+        trace: Option<String>,
+        mode: Option<String>,
+    ) -> Result<(), String> {
+        self.cancel.set(false);
+        let loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
+        let outcome = self.serve_with(&loaded, runs, tasks, trace, mode).await;
+        *self.loaded.borrow_mut() = Some(loaded);
+        outcome
+    }
+
+    async fn serve_with(
+        &self,
+        loaded: &Loaded,
+        plan: Vec<ServeSettings>,
+        tasks: Vec<wire::TaskPrompt>,
+        trace: Option<String>,
+        mode: Option<String>,
+    ) -> Result<(), String> {
+        const YIELD_EVERY_MS: f64 = 100.0;
+        const LONGEST_WAIT_MS: f64 = 50.0;
+        let started_unix_ms = now_ms() as u64;
+        for settings in &plan {
+            settings.check().map_err(|e| e.to_string())?;
+        }
+        let named: Vec<(String, Conversation)> = tasks.iter().map(|t| (t.id.clone(), serve::engine::user_turn(&t.prompt))).collect();
+        let (named, replay, arrivals_name) = match &trace {
+            Some(text) => {
+                let lines = serve::parse_trace(text).map_err(|e| e.to_string())?;
+                let (named, arrivals) = serve::trace_arrivals(&lines, &named).map_err(|e| e.to_string())?;
+                (named, Some(arrivals), "trace file".to_string())
+            }
+            None => (named, None, "poisson".to_string()),
+        };
+        let (mut engine, prompts) = serve::engine::RouterEngine::new(&loaded.router, named, mode.clone())?;
+        post(&FromWorker::ServeStarted { prompts: prompts.len(), runs: plan.len() });
+        let mut runs = Vec::new();
+        let mut cancelled = false;
+        for (index, mut settings) in plan.into_iter().enumerate() {
+            let arrivals = match &replay {
+                Some(arrivals) => {
+                    serve::fit_to_trace(&mut settings, arrivals);
+                    arrivals.clone()
+                }
+                None => serve::poisson_trace(settings.rate_per_s, settings.duration_s, settings.seed, prompts.len()),
+            };
+            let total = arrivals.len();
+            let label = serve::run_label(&settings);
+            let mut server = serve::Server::new(settings, prompts.clone(), arrivals).map_err(|e| e.to_string())?;
+            let start = web_time::Instant::now();
+            let clock = move || start.elapsed().as_secs_f64() * 1000.0;
+            let tick = |server: &serve::Server<_>| {
+                let sample = *server.queue_samples().last().expect("a server starts with a sample");
+                post(&FromWorker::ServeTick {
+                    run: index,
+                    sample: serve::QueueSample { t_ms: clock(), ..sample },
+                    finished: server.records().len(),
+                    arrivals: total,
+                });
+            };
+            let mut last_yield = 0.0;
+            loop {
+                if self.cancel.get() {
+                    cancelled = true;
+                    server.stop(clock());
+                    break;
+                }
+                match server.step(&mut engine, &mut { clock }) {
+                    serve::Step::Worked => {
+                        if clock() - last_yield >= YIELD_EVERY_MS {
+                            tick(&server);
+                            gloo_timers::future::TimeoutFuture::new(0).await;
+                            last_yield = clock();
+                        }
+                    }
+                    serve::Step::IdleUntil(t) => {
+                        tick(&server);
+                        let wait = (t - clock()).clamp(0.0, LONGEST_WAIT_MS);
+                        gloo_timers::future::TimeoutFuture::new(wait.ceil() as u32).await;
+                        last_yield = clock();
+                    }
+                    serve::Step::Done => break,
+                }
+            }
+            let run = server.finish(if cancelled { format!("{label} (cancelled)") } else { label });
+            post(&FromWorker::ServeRunDone { index, run: Box::new(run.clone()) });
+            runs.push(run);
+            if cancelled {
+                break;
+            }
+        }
+        let router = &loaded.router;
+        let study = serve::ServeStudy {
+            prompt_set: "OOD176 prompts (router/data/ood176_tasks.jsonl)".into(),
+            prompts,
+            router_max_tokens: router.config.max_tokens,
+            arrivals: arrivals_name,
+            runs,
+            note: "router page's worker; the page's UI thread stays live".into(),
+        };
+        let described = format!(
+            "serving test: {} runs, {} arrivals, mode={}",
+            study.runs.len(),
+            study.arrivals,
+            mode.as_deref().unwrap_or("(pool default)")
+        );
+        let mut report = Report::for_study(
+            environment(started_unix_ms, described),
+            Provenance::of(router, &loaded.file_name),
+            router.load_timings,
+            study.prompt_set.clone(),
+        );
+        report.set_serve(&study);
+        post(&FromWorker::ServeDone { report: Box::new(report), cancelled });
+        Ok(())
+    }
+
     async fn bench(&self, protocol: Protocol, mode: Option<String>) -> Result<(), String> {
         self.cancel.set(false);
         let mut loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
@@ -440,7 +570,7 @@ impl RouterWorker {
         let router = &loaded.router;
         let report = Report {
             schema: SCHEMA.into(),
-            environment: environment(started_unix_ms, &protocol, mode.as_deref()),
+            environment: environment(started_unix_ms, protocol_line(&protocol, mode.as_deref())),
             provenance: Provenance::of(router, &loaded.file_name),
             protocol: ProtocolRecord {
                 lengths: protocol.lengths.clone(),
@@ -453,6 +583,7 @@ impl RouterWorker {
             prefix: None,
             truncation: None,
             quality: None,
+            serve: None,
         };
         post(&FromWorker::BenchDone { report: Box::new(report), cancelled });
         Ok(())
@@ -555,26 +686,28 @@ async fn manifest() -> Result<Manifest, String> {
     serde_json::from_str(&text).map_err(|e| format!("{MANIFEST_URL}: not a model manifest: {e}"))
 }
 
-/// Where the bench ran: what a page may know about its machine.
-fn environment(started_unix_ms: u64, protocol: &Protocol, mode: Option<&str>) -> Environment {
+/// The latency protocol as the report's command line states it.
+fn protocol_line(protocol: &Protocol, mode: Option<&str>) -> String {
+    let lengths: Vec<String> = protocol.lengths.iter().map(usize::to_string).collect();
+    format!(
+        "lengths={} warmup={} iterations={} mode={}",
+        lengths.join(","),
+        protocol.warmup,
+        protocol.iterations,
+        mode.unwrap_or("(pool default)")
+    )
+}
+
+/// Where a bench ran (`described`: what ran): what a page may know about its machine.
+fn environment(started_unix_ms: u64, described: String) -> Environment {
     let global = js_sys::global();
     let navigator = Reflect::get(&global, &"navigator".into()).unwrap_or(JsValue::UNDEFINED);
     let text = |key: &str| Reflect::get(&navigator, &key.into()).ok().and_then(|v| v.as_string());
     let build = build_info();
-    let lengths: Vec<String> = protocol.lengths.iter().map(usize::to_string).collect();
     Environment {
         runtime: "browser".into(),
         target: "wasm32-unknown-unknown".into(),
-        command_line: vec![
-            "router page (web worker)".into(),
-            format!(
-                "lengths={} warmup={} iterations={} mode={}",
-                lengths.join(","),
-                protocol.warmup,
-                protocol.iterations,
-                mode.unwrap_or("(pool default)")
-            ),
-        ],
+        command_line: vec!["router page (web worker)".into(), described],
         versions: component_versions(env!("WORKER_RUSTC_VERSION")),
         git_revision: build.git_revision,
         cpu_model: "not exposed to web pages".into(),

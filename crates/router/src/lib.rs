@@ -62,4 +62,4 @@ pub use pool::Pool;
 #[cfg(feature = "engine")]
 pub use prefix::{CacheBudget, Namespace, PrefixCache};
 #[cfg(feature = "engine")]
-pub use router::{Router, RouterAssets, RouterConfig};
+pub use router::{PendingDecide, Router, RouterAssets, RouterConfig};

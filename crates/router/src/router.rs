@@ -252,16 +252,9 @@ impl Router {
         }
     }
 
-    /// Tokenise → truncate → prefill → stack → score, timing each into `t`.
-    /// With a cache, the prefill looks up the longest held prefix of the
-    /// kept tokens, prefills only the rest after it, and inserts the rest's
-    /// state (lookup and insert timed on their own).
-    fn encode_and_score_into(
-        &self,
-        routing_text: &str,
-        t: &mut StageTimings,
-        cache: Option<&mut PrefixCache>,
-    ) -> Result<(Scores, PooledFeatures)> {
+    /// Tokenise → truncate, timing each into `t`: the kept ids and the
+    /// text's whole length in tokens.
+    fn encode(&self, routing_text: &str, t: &mut StageTimings) -> Result<(Vec<u32>, usize)> {
         let started = Instant::now();
         let ids = self.tokenizer.encode(routing_text)?;
         t.tokenize_ms = ms(started);
@@ -269,65 +262,67 @@ impl Router {
         // The task statement sits near the start, and truncation cuts from
         // the left: a long conversation keeps its latest tokens.
         let started = Instant::now();
-        let total = ids.len();
         // Fails on an empty text, as the backbone would; a cache must not
         // answer it with an empty pool.
         let kept = self.truncate(&ids)?;
-        let kept = kept.as_slice();
-        let keep = kept.len();
         t.truncate_ms = ms(started);
+        Ok((kept, ids.len()))
+    }
 
+    /// Prefills the job's unprefilled tokens with a prefix cache: the
+    /// longest held prefix is not prefilled again, the rest is added to it
+    /// (lookup and insert timed on their own).
+    fn prefill_cached(&self, job: &mut PendingDecide, cache: &mut PrefixCache) -> Result<()> {
+        let kept = job.kept.as_slice();
+        let started = Instant::now();
+        let lookup = cache.lookup(&self.namespace(), kept);
+        job.timings.lookup_ms = ms(started);
+        let (reused, mut state) = (lookup.matched, lookup.state.clone());
+        let started = Instant::now();
+        let suffix = &kept[reused..];
+        if suffix.is_empty() {
+            // The whole text is held: its pooled embedding needs no prefill.
+            cache.release(lookup);
+            job.timings.prefill_ms = ms(started);
+            job.timings.insert_ms = 0.0;
+        } else {
+            let segment = match self.backbone.prefill(&lookup.state, suffix) {
+                Ok(segment) => Arc::new(segment),
+                Err(e) => {
+                    cache.release(lookup);
+                    return Err(e);
+                }
+            };
+            state.push(SegmentView::whole(segment.clone()));
+            job.timings.prefill_ms = ms(started);
+            let started = Instant::now();
+            cache.insert(kept, lookup, segment);
+            job.timings.insert_ms = ms(started);
+        }
+        job.prefix = Some(PrefixReuse {
+            reused_tokens: reused,
+            prefilled_tokens: suffix.len(),
+            cache_tokens: cache.tokens_held(),
+            cache_bytes: cache.bytes_held(),
+            evictions_total: cache.stats().evictions,
+        });
+        job.prefilled = kept.len();
+        job.state = state;
+        job.chunks = 1;
+        Ok(())
+    }
+
+    /// Pooling → stack → score over a prefilled job's state, timing each
+    /// into its timings.
+    fn score(&self, job: &mut PendingDecide) -> (Scores, PooledFeatures) {
+        let t = &mut job.timings;
         let hidden = self.backbone.hparams.hidden;
         let lead = self.tokenizer.leading();
-        let (state, prefix) = match cache {
-            None => {
-                let started = Instant::now();
-                let mut state = crate::segment::KvState::default();
-                state.push(SegmentView::whole(Arc::new(self.backbone.prefill(&state, kept)?)));
-                t.prefill_ms = ms(started);
-                (state, None)
-            }
-            Some(cache) => {
-                let started = Instant::now();
-                let lookup = cache.lookup(&self.namespace(), kept);
-                t.lookup_ms = ms(started);
-                let (reused, mut state) = (lookup.matched, lookup.state.clone());
-                let started = Instant::now();
-                let suffix = &kept[reused..];
-                if suffix.is_empty() {
-                    // The whole text is held: its pooled embedding needs no prefill.
-                    cache.release(lookup);
-                    t.prefill_ms = ms(started);
-                    t.insert_ms = 0.0;
-                } else {
-                    let segment = match self.backbone.prefill(&lookup.state, suffix) {
-                        Ok(segment) => Arc::new(segment),
-                        Err(e) => {
-                            cache.release(lookup);
-                            return Err(e);
-                        }
-                    };
-                    state.push(SegmentView::whole(segment.clone()));
-                    t.prefill_ms = ms(started);
-                    let started = Instant::now();
-                    cache.insert(kept, lookup, segment);
-                    t.insert_ms = ms(started);
-                }
-                let reuse = PrefixReuse {
-                    reused_tokens: reused,
-                    prefilled_tokens: suffix.len(),
-                    cache_tokens: cache.tokens_held(),
-                    cache_bytes: cache.bytes_held(),
-                    evictions_total: cache.stats().evictions,
-                };
-                (state, Some(reuse))
-            }
-        };
         // Both poolings come from the same final hidden states (timed with
         // the prefill that wrote them); the mean is the query the
         // similarity scoring compares.
         let started = Instant::now();
-        let pooled = PooledFeatures { mean: state.mean_embedding(hidden, lead), last: state.last_embedding(hidden) };
+        let pooled = PooledFeatures { mean: job.state.mean_embedding(hidden, lead), last: job.state.last_embedding(hidden) };
         t.prefill_ms += ms(started);
         let query = &pooled.mean;
 
@@ -345,16 +340,28 @@ impl Router {
             None => softmax(&cosines, self.config.temperature),
         };
         t.score_ms = ms(started);
-        let scores = Scores { scores, cosines, tokens_total: total, tokens_used: keep, truncated: keep < total, timings: *t, prefix };
-        Ok((scores, pooled))
+        let keep = job.kept.len();
+        let scores = Scores {
+            scores,
+            cosines,
+            tokens_total: job.tokens_total,
+            tokens_used: keep,
+            truncated: keep < job.tokens_total,
+            timings: *t,
+            prefix: job.prefix,
+        };
+        (scores, pooled)
     }
 
     /// The microbenchmark boundary: encode a routing text and score the
     /// candidates (no mode resolution, cost policy or ranking).
     pub fn encode_and_score(&self, routing_text: &str) -> Result<Scores> {
         let started = Instant::now();
-        let mut t = StageTimings::default();
-        let (mut scores, _) = self.encode_and_score_into(routing_text, &mut t, None)?;
+        let mut timings = StageTimings::default();
+        let (kept, tokens_total) = self.encode(routing_text, &mut timings)?;
+        let mut job = PendingDecide::new(String::new(), 0.0, kept, tokens_total, timings);
+        self.prefill_chunk(&mut job, usize::MAX)?;
+        let (mut scores, _) = self.score(&mut job);
         scores.timings.total_ms = ms(started);
         Ok(scores)
     }
@@ -432,8 +439,24 @@ impl Router {
         cache: Option<&mut PrefixCache>,
     ) -> Result<(Decision, PooledFeatures)> {
         let call = Instant::now();
-        let mut t = StageTimings::default();
+        let mut job = self.begin_decide(conversation, mode)?;
+        match cache {
+            None => {
+                self.prefill_chunk(&mut job, usize::MAX)?;
+            }
+            Some(cache) => self.prefill_cached(&mut job, cache)?,
+        }
+        let (mut decision, pooled) = self.conclude(job)?;
+        decision.timings.total_ms = ms(call);
+        Ok((decision, pooled))
+    }
 
+    /// The first stages of a decide (mode resolution, assembly,
+    /// tokenisation, truncation), leaving the prefill to
+    /// [`Router::prefill_chunk`] and the rest to [`Router::finish_decide`]:
+    /// a scheduler can run other work between a long prompt's chunks.
+    pub fn begin_decide(&self, conversation: &Conversation, mode: Option<&str>) -> Result<PendingDecide> {
+        let mut t = StageTimings::default();
         let started = Instant::now();
         let mode_name = mode.map(str::trim).filter(|m| !m.is_empty()).unwrap_or(&self.pool.default_mode).to_string();
         let cost_weight = match self.pool.modes.get(&mode_name) {
@@ -455,8 +478,51 @@ impl Router {
         let routing_text = conversation.routing_text(self.tokenizer.layout);
         t.assemble_ms = ms(started);
 
-        let (scores, pooled) = self.encode_and_score_into(&routing_text, &mut t, cache)?;
+        let (kept, tokens_total) = self.encode(&routing_text, &mut t)?;
+        let mut job = PendingDecide::new(mode_name, cost_weight, kept, tokens_total, t);
+        job.busy_ms = t.mode_ms + t.assemble_ms + t.tokenize_ms + t.truncate_ms;
+        Ok(job)
+    }
 
+    /// Prefills up to `max_tokens` more of the job's kept tokens (at least
+    /// one while any remain), continuing from the state the earlier chunks
+    /// wrote; returns how many it prefilled (0 once all are). The final
+    /// hidden states equal one whole prefill's up to float summation order,
+    /// so the decision ranks the same.
+    pub fn prefill_chunk(&self, job: &mut PendingDecide, max_tokens: usize) -> Result<usize> {
+        let take = job.remaining().min(max_tokens.max(1));
+        if take == 0 {
+            return Ok(0);
+        }
+        let started = Instant::now();
+        let chunk = &job.kept[job.prefilled..job.prefilled + take];
+        let segment = self.backbone.prefill(&job.state, chunk)?;
+        job.state.push(SegmentView::whole(Arc::new(segment)));
+        job.prefilled += take;
+        job.chunks += 1;
+        let spent = ms(started);
+        job.timings.prefill_ms += spent;
+        job.busy_ms += spent;
+        Ok(take)
+    }
+
+    /// Prefills whatever is left in one go, then pooling, scores, cost and
+    /// ranking. The decision's `total_ms` is the engine time the job used
+    /// (its stages, summed), not the wall time since `begin_decide`, which
+    /// includes whatever ran between its chunks.
+    pub fn finish_decide(&self, mut job: PendingDecide) -> Result<Decision> {
+        self.prefill_chunk(&mut job, usize::MAX)?;
+        let busy = job.busy_ms;
+        let started = Instant::now();
+        let (mut decision, _) = self.conclude(job)?;
+        decision.timings.total_ms = busy + ms(started);
+        Ok(decision)
+    }
+
+    /// Pooling, scores, cost and ranking of a prefilled job.
+    fn conclude(&self, mut job: PendingDecide) -> Result<(Decision, PooledFeatures)> {
+        let (scores, pooled) = self.score(&mut job);
+        let mut t = job.timings;
         let started = Instant::now();
         let costs: Vec<f64> = match &self.head {
             // What the candidate spent per task on the head's training data.
@@ -475,14 +541,13 @@ impl Router {
 
         let started = Instant::now();
         let ids: Vec<&str> = self.pool.candidates.iter().map(|c| c.id.as_str()).collect();
-        let ranked = crate::decision::rank(&ids, &scores.scores, &scores.cosines, &costs, cost_weight);
+        let ranked = crate::decision::rank(&ids, &scores.scores, &scores.cosines, &costs, job.cost_weight);
         t.rank_ms = ms(started);
-        t.total_ms = ms(call);
         let scoring = self.head.as_ref().map_or_else(|| "similarity".to_string(), |h| h.id.clone());
         let decision = Decision {
             scoring,
-            mode: mode_name,
-            cost_weight,
+            mode: job.mode,
+            cost_weight: job.cost_weight,
             ranked,
             tokens_total: scores.tokens_total,
             tokens_used: scores.tokens_used,
@@ -505,4 +570,69 @@ fn softmax(xs: &[f32], temperature: f32) -> Vec<f32> {
     let exps: Vec<f32> = xs.iter().map(|x| ((x - max) / t).exp()).collect();
     let sum: f32 = exps.iter().sum();
     exps.iter().map(|e| e / sum).collect()
+}
+
+/// A decide between [`Router::begin_decide`] and [`Router::finish_decide`]:
+/// the kept token ids, the K/V state of the chunks prefilled so far, and
+/// the stage timings spent on it.
+#[derive(Debug)]
+pub struct PendingDecide {
+    mode: String,
+    cost_weight: f64,
+    kept: Vec<u32>,
+    tokens_total: usize,
+    state: crate::segment::KvState,
+    prefilled: usize,
+    chunks: usize,
+    prefix: Option<PrefixReuse>,
+    timings: StageTimings,
+    busy_ms: f64,
+}
+
+impl PendingDecide {
+    fn new(mode: String, cost_weight: f64, kept: Vec<u32>, tokens_total: usize, timings: StageTimings) -> PendingDecide {
+        PendingDecide {
+            mode,
+            cost_weight,
+            kept,
+            tokens_total,
+            state: crate::segment::KvState::default(),
+            prefilled: 0,
+            chunks: 0,
+            prefix: None,
+            timings,
+            busy_ms: 0.0,
+        }
+    }
+
+    /// The tokens the decision reads (after truncation).
+    pub fn tokens_kept(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Kept tokens not prefilled yet.
+    pub fn remaining(&self) -> usize {
+        self.kept.len() - self.prefilled
+    }
+
+    /// Prefill calls so far.
+    pub fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// The stage timings so far (prefill summed over the chunks).
+    pub fn timings(&self) -> &StageTimings {
+        &self.timings
+    }
+
+    /// The final hidden states of the tokens prefilled so far,
+    /// `[tokens × hidden]` row by row: what a test compares between a
+    /// chunked and a whole prefill.
+    pub fn hidden_states(&self) -> Vec<f32> {
+        let mut out = Vec::new();
+        for view in self.state.views() {
+            out.extend_from_slice(view.segment.hidden(view.rows.clone()));
+        }
+        out
+    }
 }

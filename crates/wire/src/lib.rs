@@ -9,6 +9,7 @@
 use bench::prefix::PrefixReport;
 use bench::quality::RoutedTask;
 use bench::report::{Provenance, Report};
+use bench::serve::{QueueSample, ServeRun, ServeSettings};
 use bench::tasks::Task;
 use router::{Conversation, Decision, FlopModel, GemmProbe, LoadTimings};
 use serde::{Deserialize, Serialize};
@@ -109,6 +110,18 @@ pub enum ToWorker {
         tasks: Vec<TaskPrompt>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         head_json: Option<String>,
+    },
+    /// The serving test (note 06): each of `runs` in turn, with open-loop
+    /// arrivals of `tasks` (Poisson from each run's seed, or the `trace`
+    /// file's text replayed) against this worker's one engine, in real
+    /// time. Cancel stops between work units.
+    Serve {
+        runs: Vec<ServeSettings>,
+        tasks: Vec<TaskPrompt>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<String>,
     },
     /// Report storage use and quota.
     Storage,
@@ -285,6 +298,29 @@ pub enum FromWorker {
         head_id: Option<String>,
         cancelled: bool,
     },
+    /// A serving test began: the prompt set's kept lengths, the runs.
+    ServeStarted {
+        prompts: usize,
+        runs: usize,
+    },
+    /// The running serving run's state, at most every 100 ms and at each
+    /// idle wait: what the live queue chart draws.
+    ServeTick {
+        run: usize,
+        sample: QueueSample,
+        finished: usize,
+        arrivals: usize,
+    },
+    /// One run of a serving test ended (`cancelled` runs stop early and say so in their label).
+    ServeRunDone {
+        index: usize,
+        run: Box<ServeRun>,
+    },
+    /// The serving test ended: the report with its `serve` section.
+    ServeDone {
+        report: Box<Report>,
+        cancelled: bool,
+    },
     Failed {
         during: Activity,
         message: String,
@@ -330,6 +366,13 @@ mod tests {
         assert_eq!(FromWorker::from_json(&from.to_json()).unwrap(), from);
         assert!(ToWorker::from_json("{\"type\":\"launch\"}").unwrap_err().starts_with("unreadable message to the worker"));
         assert_eq!(ToWorker::from_json("{\"type\":\"load_bundled\"}").unwrap(), ToWorker::LoadBundled { on_request: None });
+        let serve = ToWorker::Serve {
+            runs: vec![bench::serve::ServeSettings { chunk: Some(128), ..Default::default() }],
+            tasks: vec![TaskPrompt { id: "t".into(), prompt: "fix it".into() }],
+            trace: None,
+            mode: None,
+        };
+        assert_eq!(ToWorker::from_json(&serve.to_json()).unwrap(), serve);
     }
 
     #[test]

@@ -1,0 +1,201 @@
+//! `bench-decide --serve`: the shell around `bench::serve`. It reads the
+//! task file (and a trace file when given), builds each run's arrivals,
+//! steps the server in real time (sleeping until the next arrival when the
+//! engine is idle), and writes every run's records in the shared report.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use bench::report::{Provenance, Report};
+use bench::serve::engine::{user_turn, RouterEngine};
+use bench::serve::{self, Policy, ServeRun, ServeSettings, ServeStudy, Step};
+use bench_cli::{read, Loaded, RouterFlags};
+use web_time::Instant;
+
+#[derive(clap::Args, Debug)]
+pub struct ServeFlags {
+    /// Poisson arrival rates, requests per second: one run each (no chunking, FCFS unless --chunk/--policy say otherwise).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    rate: Vec<f64>,
+    /// Seconds of arrivals per run.
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// Seconds at the start whose arrivals are the warm-up (`--warmup` is the latency protocol's count).
+    #[arg(long, default_value_t = 5.0)]
+    warmup_s: f64,
+    /// Seconds after the last arrival before the run stops (default: the timeout).
+    #[arg(long)]
+    drain: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Prefill chunks in tokens (`whole`: one prefill), for the runs at --rate: the first; at --chunk-rates: each.
+    #[arg(long, value_delimiter = ',', default_value = "whole")]
+    chunk: Vec<String>,
+    /// Scheduling between requests and chunks: fcfs or shortest_first (the runs at --chunk-rates try each).
+    #[arg(long, value_delimiter = ',', default_value = "fcfs")]
+    policy: Vec<String>,
+    /// Also run every --chunk × --policy at these rates: the chunking trade-off.
+    #[arg(long, value_delimiter = ',')]
+    chunk_rates: Vec<f64>,
+    /// The client's timeout, ms.
+    #[arg(long, default_value_t = 15_000.0)]
+    timeout_ms: f64,
+    /// Requests in the system beyond which an arrival is rejected.
+    #[arg(long, default_value_t = 16)]
+    queue_limit: usize,
+    /// The service level: served within this many ms, arrival to decision.
+    #[arg(long, default_value_t = 4_000.0)]
+    slo_ms: f64,
+    /// Replay this trace (JSON lines: `at_ms` and a `task` id or a `conversation`) instead of Poisson arrivals.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// The prompts the arrivals draw from (JSON lines with `task_id` and `prompt`).
+    #[arg(long, default_value = "data/coderouterbench/ood176_tasks.jsonl")]
+    serve_tasks: PathBuf,
+    /// What else ran on the machine, recorded in the report.
+    #[arg(long, default_value = "")]
+    note: String,
+}
+
+fn chunk(text: &str) -> Result<Option<usize>> {
+    match text.trim() {
+        "whole" | "none" => Ok(None),
+        n => match n.parse::<usize>() {
+            Ok(c) if c > 0 => Ok(Some(c)),
+            _ => bail!("--chunk {text}: give a number of tokens above 0, or `whole`"),
+        },
+    }
+}
+
+/// The runs the flags ask for, in order, each named.
+fn plan(flags: &ServeFlags) -> Result<Vec<ServeSettings>> {
+    let chunks = flags.chunk.iter().map(|c| chunk(c)).collect::<Result<Vec<_>>>()?;
+    let policies = flags.policy.iter().map(|p| Policy::parse(p)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    if chunks.is_empty() || policies.is_empty() || flags.rate.is_empty() {
+        bail!("--rate, --chunk and --policy each need a value");
+    }
+    let base = ServeSettings {
+        duration_s: flags.duration,
+        warmup_s: flags.warmup_s,
+        drain_s: flags.drain.unwrap_or(flags.timeout_ms / 1000.0),
+        seed: flags.seed,
+        timeout_ms: flags.timeout_ms,
+        queue_limit: flags.queue_limit,
+        slo_ms: flags.slo_ms,
+        ..ServeSettings::default()
+    };
+    let mut runs: Vec<ServeSettings> = Vec::new();
+    let mut add = |s: ServeSettings| {
+        if !runs.contains(&s) {
+            runs.push(s);
+        }
+    };
+    for &rate in &flags.rate {
+        add(ServeSettings { rate_per_s: rate, chunk: chunks[0], policy: policies[0], ..base.clone() });
+    }
+    for &rate in &flags.chunk_rates {
+        for &chunk in &chunks {
+            for &policy in &policies {
+                add(ServeSettings { rate_per_s: rate, chunk, policy, ..base.clone() });
+            }
+        }
+    }
+    for s in &runs {
+        s.check().map_err(|e| anyhow::anyhow!("--{e}"))?;
+    }
+    Ok(runs)
+}
+
+pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
+    let started_unix_ms = bench_cli::unix_ms_now();
+    let plan = plan(s)?;
+    let tasks_text = String::from_utf8(read(&s.serve_tasks, "--serve-tasks")?).context("--serve-tasks: not UTF-8")?;
+    let tasks = bench::tasks::parse_jsonl(&tasks_text, &s.serve_tasks.display().to_string()).map_err(anyhow::Error::msg)?;
+    let named: Vec<(String, router::Conversation)> = tasks.iter().map(|t| (t.id.clone(), user_turn(&t.prompt))).collect();
+    let (named, replay, arrivals_name) = match &s.trace {
+        Some(path) => {
+            let text = String::from_utf8(read(path, "--trace")?).context("--trace: not UTF-8")?;
+            let lines = serve::parse_trace(&text).with_context(|| format!("--trace {}", path.display()))?;
+            let (named, arrivals) = serve::trace_arrivals(&lines, &named).with_context(|| format!("--trace {}", path.display()))?;
+            (named, Some(arrivals), path.display().to_string())
+        }
+        None => (named, None, "poisson".to_string()),
+    };
+
+    let Loaded { router, checkpoint_file } = flags.load()?;
+    eprintln!("bench-decide --serve: measuring {} prompts' kept lengths", named.len());
+    let (mut engine, prompts) = RouterEngine::new(&router, named, flags.mode.clone()).map_err(anyhow::Error::msg)?;
+    // One decide before the first run, so the first run's warm-up is not
+    // also the process's first touch of the weights.
+    serve::Engine::begin(&mut engine, 0).map_err(anyhow::Error::msg)?;
+
+    let mut runs: Vec<ServeRun> = Vec::new();
+    for mut settings in plan {
+        let arrivals = match &replay {
+            Some(arrivals) => {
+                serve::fit_to_trace(&mut settings, arrivals);
+                arrivals.clone()
+            }
+            None => serve::poisson_trace(settings.rate_per_s, settings.duration_s, settings.seed, prompts.len()),
+        };
+        let label = serve::run_label(&settings);
+        eprintln!("bench-decide --serve: {label}: {} arrivals over {} s", arrivals.len(), settings.duration_s);
+        let mut server = serve::Server::new(settings, prompts.clone(), arrivals).map_err(anyhow::Error::msg)?;
+        let start = Instant::now();
+        let mut clock = || start.elapsed().as_secs_f64() * 1000.0;
+        loop {
+            match server.step(&mut engine, &mut clock) {
+                Step::Worked => {}
+                Step::IdleUntil(t) => {
+                    let wait = t - clock();
+                    if wait > 0.0 {
+                        std::thread::sleep(Duration::from_secs_f64(wait / 1000.0));
+                    }
+                }
+                Step::Done => break,
+            }
+        }
+        let run = server.finish(label);
+        println!("{}", serve::summary_line(&run));
+        runs.push(run);
+    }
+
+    let study = ServeStudy {
+        prompt_set: s.serve_tasks.display().to_string(),
+        prompts,
+        router_max_tokens: router.config.max_tokens,
+        arrivals: arrivals_name,
+        runs,
+        note: s.note.clone(),
+    };
+    let mut report = Report::for_study(
+        bench_cli::native_environment(started_unix_ms),
+        Provenance::of(&router, &checkpoint_file),
+        router.load_timings,
+        s.serve_tasks.display().to_string(),
+    );
+    report.set_serve(&study);
+    bench_cli::write_report(out, &report)?;
+    // Printed from the report as written, so what is shown is what was stored.
+    let study = report.serve().expect("set above").map_err(anyhow::Error::msg)?;
+    println!("\n{}", study.table());
+    for verdict in study.verdicts() {
+        println!("- {verdict}");
+    }
+    let figure = |suffix: &str, svg: String| -> Result<PathBuf> {
+        let path = out.with_extension(suffix);
+        std::fs::write(&path, svg).with_context(|| format!("{}", path.display()))?;
+        Ok(path)
+    };
+    let mut figures = vec![figure("load.svg", serve::plot::load_svg(&study))?];
+    if !study.chunk_rates().is_empty() {
+        figures.push(figure("chunks.svg", serve::plot::chunks_svg(&study))?);
+    }
+    if let Some(run) = study.runs.last() {
+        figures.push(figure("timeline.svg", serve::plot::timeline_svg(run))?);
+    }
+    println!("figures: {}", figures.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    println!("wrote {}", out.display());
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! The real engine for the serving test: `decide` on a loaded [`Router`],
+//! begun, prefilled chunk by chunk and finished through
+//! [`Router::begin_decide`], [`Router::prefill_chunk`] and
+//! [`Router::finish_decide`], each call timed with `web-time`. The native
+//! CLI and the browser worker both use it.
+
+use router::{Conversation, Message, PendingDecide, Role, Router};
+use web_time::Instant;
+
+use super::{Engine, Finished, TracePrompt};
+
+/// `decide` on `router` over a fixed set of conversations (the trace's
+/// prompts), in one mode.
+pub struct RouterEngine<'a> {
+    pub router: &'a Router,
+    pub conversations: Vec<Conversation>,
+    pub mode: Option<String>,
+}
+
+/// A task prompt as the conversation a client sends: one user turn.
+pub fn user_turn(text: &str) -> Conversation {
+    Conversation { messages: vec![Message { role: Role::User, content: text.to_string() }] }
+}
+
+impl<'a> RouterEngine<'a> {
+    /// The engine over `named` conversations, and the prompt set a trace
+    /// draws from: each conversation's kept length, found by tokenising
+    /// and truncating it once before the run (no prefill).
+    pub fn new(
+        router: &'a Router,
+        named: Vec<(String, Conversation)>,
+        mode: Option<String>,
+    ) -> Result<(RouterEngine<'a>, Vec<TracePrompt>), String> {
+        let mut prompts = Vec::with_capacity(named.len());
+        let mut conversations = Vec::with_capacity(named.len());
+        for (task, conversation) in named {
+            let job = router.begin_decide(&conversation, mode.as_deref()).map_err(|e| format!("{task}: {e}"))?;
+            prompts.push(TracePrompt { task, tokens: job.tokens_kept() });
+            conversations.push(conversation);
+        }
+        Ok((RouterEngine { router, conversations, mode }, prompts))
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+impl Engine for RouterEngine<'_> {
+    type Job = PendingDecide;
+
+    fn begin(&mut self, prompt: usize) -> Result<(PendingDecide, f64), String> {
+        let started = Instant::now();
+        let job = self.router.begin_decide(&self.conversations[prompt], self.mode.as_deref()).map_err(|e| e.to_string())?;
+        Ok((job, ms(started)))
+    }
+
+    fn remaining(&self, job: &PendingDecide) -> usize {
+        job.remaining()
+    }
+
+    fn prefill(&mut self, job: &mut PendingDecide, max_tokens: usize) -> Result<f64, String> {
+        let started = Instant::now();
+        self.router.prefill_chunk(job, max_tokens).map_err(|e| e.to_string())?;
+        Ok(ms(started))
+    }
+
+    fn finish(&mut self, job: PendingDecide) -> Result<Finished, String> {
+        let started = Instant::now();
+        let decision = self.router.finish_decide(job).map_err(|e| e.to_string())?;
+        let top = decision.ranked.first().map(|r| r.id.clone()).unwrap_or_default();
+        Ok(Finished { top, other_ms: ms(started) })
+    }
+}

@@ -1,0 +1,313 @@
+//! The scheduler against an engine whose work takes known time on a clock
+//! the test advances: what the server decides (admission, order, timeouts,
+//! the records) is checked exactly. The real engine's behaviour under load
+//! is what `bench-decide --serve` measures.
+
+use super::*;
+use std::cell::Cell;
+use std::rc::Rc;
+
+/// Work costs `per_token` ms per prefilled token plus `per_call` ms per
+/// prefill call (a chunk's fixed overhead), `edges` ms before and after.
+struct TimedEngine {
+    clock: Rc<Cell<f64>>,
+    prompts: Vec<TracePrompt>,
+    per_token: f64,
+    per_call: f64,
+    edges: f64,
+    fail_task: Option<&'static str>,
+}
+
+struct TimedJob {
+    prompt: usize,
+    left: usize,
+}
+
+impl TimedEngine {
+    fn spend(&self, ms: f64) -> f64 {
+        self.clock.set(self.clock.get() + ms);
+        ms
+    }
+}
+
+impl Engine for TimedEngine {
+    type Job = TimedJob;
+    fn begin(&mut self, prompt: usize) -> Result<(TimedJob, f64), String> {
+        if Some(self.prompts[prompt].task.as_str()) == self.fail_task {
+            return Err("the engine refused it".into());
+        }
+        Ok((TimedJob { prompt, left: self.prompts[prompt].tokens }, self.spend(self.edges)))
+    }
+    fn remaining(&self, job: &TimedJob) -> usize {
+        job.left
+    }
+    fn prefill(&mut self, job: &mut TimedJob, max_tokens: usize) -> Result<f64, String> {
+        let take = job.left.min(max_tokens);
+        job.left -= take;
+        Ok(self.spend(self.per_call + self.per_token * take as f64))
+    }
+    fn finish(&mut self, job: TimedJob) -> Result<Finished, String> {
+        Ok(Finished { top: format!("top-of-{}", self.prompts[job.prompt].task), other_ms: self.spend(self.edges) })
+    }
+}
+
+fn prompts() -> Vec<TracePrompt> {
+    vec![TracePrompt { task: "short".into(), tokens: 64 }, TracePrompt { task: "long".into(), tokens: 1024 }]
+}
+
+fn engine(clock: &Rc<Cell<f64>>) -> TimedEngine {
+    TimedEngine { clock: clock.clone(), prompts: prompts(), per_token: 1.0, per_call: 5.0, edges: 1.0, fail_task: None }
+}
+
+/// Steps the server to the end, jumping the clock over idle time.
+fn drive(mut server: Server<TimedJob>, engine: &mut TimedEngine, clock: &Rc<Cell<f64>>) -> ServeRun {
+    let read = clock.clone();
+    let mut now = move || read.get();
+    for _ in 0..100_000 {
+        match server.step(engine, &mut now) {
+            Step::Worked => {}
+            Step::IdleUntil(t) => clock.set(clock.get().max(t)),
+            Step::Done => return server.finish("test".into()),
+        }
+    }
+    panic!("the server never finished");
+}
+
+fn arrivals(list: &[(f64, usize)]) -> Vec<Arrival> {
+    list.iter().enumerate().map(|(id, &(at_ms, prompt))| Arrival { id, at_ms, prompt }).collect()
+}
+
+fn settings(chunk: Option<usize>, policy: Policy) -> ServeSettings {
+    ServeSettings { duration_s: 10.0, warmup_s: 0.0, drain_s: 10.0, chunk, policy, ..ServeSettings::default() }
+}
+
+#[test]
+fn poisson_arrivals_come_from_the_seed_alone() {
+    let a = poisson_trace(4.0, 100.0, 7, 176);
+    assert_eq!(a, poisson_trace(4.0, 100.0, 7, 176));
+    assert_ne!(a, poisson_trace(4.0, 100.0, 8, 176));
+    // 400 expected; a Poisson count's standard deviation is 20.
+    assert!((340..=460).contains(&a.len()), "{} arrivals", a.len());
+    assert!(a.windows(2).all(|w| w[0].at_ms <= w[1].at_ms) && a.last().unwrap().at_ms < 100_000.0);
+    assert!(a.iter().all(|x| x.prompt < 176));
+    assert!(poisson_trace(4.0, 100.0, 7, 0).is_empty());
+}
+
+#[test]
+fn a_short_request_runs_between_a_long_ones_chunks_only_when_shortest_first() {
+    // The long prompt starts at 0; the short one arrives at 100 ms.
+    let trace = arrivals(&[(0.0, 1), (100.0, 0)]);
+    let run = |chunk, policy| {
+        let clock = Rc::new(Cell::new(0.0));
+        let mut e = engine(&clock);
+        drive(Server::new(settings(chunk, policy), prompts(), trace.clone()).unwrap(), &mut e, &clock)
+    };
+    let whole = run(None, Policy::ShortestFirst);
+    let fcfs = run(Some(128), Policy::Fcfs);
+    let shortest = run(Some(128), Policy::ShortestFirst);
+    let short_e2e = |r: &ServeRun| r.records[1].elapsed_ms();
+    let long_e2e = |r: &ServeRun| r.records[0].elapsed_ms();
+    // One prefill: long = 1 + 5 + 1024 + 1 = 1031 ms; the short one waits for it.
+    assert_eq!(long_e2e(&whole), 1031.0);
+    assert_eq!(whole.records[1].queue_ms, 931.0);
+    // FCFS with chunks: the long one keeps the engine and pays 8 calls' overhead.
+    assert_eq!(long_e2e(&fcfs), 1066.0);
+    assert!(short_e2e(&fcfs) > short_e2e(&whole));
+    // Shortest first: the short one runs after the chunk in progress
+    // (begin 1 ms + 133 ms), for 1 + 69 + 1 ms.
+    assert_eq!(shortest.records[1].queue_ms, 34.0);
+    assert_eq!(short_e2e(&shortest), 34.0 + 71.0);
+    assert_eq!(long_e2e(&shortest), long_e2e(&fcfs) + 71.0);
+    assert_eq!(shortest.records[0].preempted_ms, 71.0);
+    assert_eq!(shortest.records[0].chunks, 8);
+    assert!(shortest.records.iter().all(|r| r.outcome == Outcome::Served));
+    assert_eq!(shortest.records[1].top.as_deref(), Some("top-of-short"));
+}
+
+#[test]
+fn overload_keeps_every_request_rejected_timed_out_or_unfinished() {
+    // 40 long requests in 2 s against 1 s of work each, a queue of 4.
+    let trace = arrivals(&(0..40).map(|i| (i as f64 * 50.0, 1)).collect::<Vec<_>>());
+    let settings = ServeSettings {
+        duration_s: 2.0,
+        warmup_s: 0.5,
+        drain_s: 2.5,
+        timeout_ms: 3_000.0,
+        queue_limit: 4,
+        slo_ms: 1_500.0,
+        ..ServeSettings::default()
+    };
+    let clock = Rc::new(Cell::new(0.0));
+    let mut e = engine(&clock);
+    let run = drive(Server::new(settings, prompts(), trace).unwrap(), &mut e, &clock);
+    assert_eq!(run.records.len(), 40, "every arrival has a record");
+    assert_eq!(run.records.iter().map(|r| r.id).collect::<Vec<_>>(), (0..40).collect::<Vec<_>>());
+    let s = &run.summary;
+    let total: usize = s.outcomes.iter().chain(&s.warmup_outcomes).map(|(_, n)| n).sum();
+    assert_eq!(total, 40);
+    assert_eq!(s.measured, 30);
+    assert!(s.outcome(Outcome::Rejected) > 20, "{s:?}");
+    assert!(s.outcome(Outcome::TimedOut) + s.outcome(Outcome::Unfinished) >= 1, "{s:?}");
+    assert!(s.max_in_system <= 4);
+    // Most measured requests are not served: the high percentiles say so.
+    assert_eq!(s.end_to_end.p95, None);
+    assert!(s.goodput_per_s < s.offered_per_s);
+    // The run stops at duration + drain; the last record ends there or before.
+    assert!(run.records.iter().all(|r| r.end_ms <= 4_500.0 + 1_100.0));
+}
+
+#[test]
+fn timeouts_drop_waiting_requests_and_late_decisions_are_not_served() {
+    // Three long requests at once; each takes 1,031 ms; the client waits 1.5 s.
+    let trace = arrivals(&[(0.0, 1), (0.0, 1), (0.0, 1)]);
+    let settings = ServeSettings { timeout_ms: 1_500.0, ..settings(None, Policy::Fcfs) };
+    let clock = Rc::new(Cell::new(0.0));
+    let mut e = engine(&clock);
+    let run = drive(Server::new(settings, prompts(), trace).unwrap(), &mut e, &clock);
+    let outcomes: Vec<Outcome> = run.records.iter().map(|r| r.outcome).collect();
+    // The second finishes at 2,062 ms (late); the third was dropped at 1,500 ms
+    // when the engine next looked, without running.
+    assert_eq!(outcomes, [Outcome::Served, Outcome::TimedOut, Outcome::TimedOut]);
+    assert_eq!(run.records[1].top.as_deref(), Some("top-of-long"));
+    assert_eq!(run.records[2].start_ms, None);
+    assert_eq!(run.records[2].end_ms, 1_500.0);
+    assert_eq!(run.summary.throughput_per_s, 2.0 / 10.0);
+}
+
+#[test]
+fn engine_failures_are_kept_as_failed() {
+    let trace = arrivals(&[(0.0, 0), (10.0, 1)]);
+    let clock = Rc::new(Cell::new(0.0));
+    let mut e = TimedEngine { fail_task: Some("short"), ..engine(&clock) };
+    let run = drive(Server::new(settings(None, Policy::Fcfs), prompts(), trace).unwrap(), &mut e, &clock);
+    assert_eq!(run.records[0].outcome, Outcome::Failed);
+    assert_eq!(run.records[0].error.as_deref(), Some("the engine refused it"));
+    assert_eq!(run.records[1].outcome, Outcome::Served);
+}
+
+#[test]
+fn percentiles_count_unserved_requests_as_beyond() {
+    let p = Percentiles::of([Some(1.0), Some(2.0), Some(3.0), None]);
+    assert_eq!((p.n, p.p50, p.p95, p.p99), (4, Some(2.0), None, None));
+    let p = Percentiles::of((1..=100).map(|x| Some(x as f64)));
+    assert_eq!((p.p50, p.p95, p.p99), (Some(50.0), Some(95.0), Some(99.0)));
+    assert_eq!(Percentiles::of([]).p50, None);
+}
+
+#[test]
+fn the_knee_is_the_last_sustained_rate() {
+    let run = |offered: f64, goodput: f64| {
+        let settings = ServeSettings { rate_per_s: offered, ..ServeSettings::default() };
+        let mut summary = RunSummary::of(&settings, &[], &[], 0, 0.0);
+        summary.goodput_per_s = goodput;
+        ServeRun { label: String::new(), settings, records: vec![], queue: vec![], summary }
+    };
+    let runs = [run(0.5, 0.5), run(1.0, 0.95), run(1.5, 1.2), run(2.0, 1.9)];
+    assert_eq!(knee(&runs.iter().collect::<Vec<_>>(), KNEE_SHARE), Some(1.0));
+    assert_eq!(knee(&runs[2..].iter().collect::<Vec<_>>(), KNEE_SHARE), None);
+}
+
+#[test]
+fn bad_settings_and_traces_are_named() {
+    let bad = |s: ServeSettings| s.check().unwrap_err().to_string();
+    assert!(bad(ServeSettings { rate_per_s: 0.0, ..ServeSettings::default() }).starts_with("rate:"));
+    assert!(bad(ServeSettings { warmup_s: 30.0, ..ServeSettings::default() }).starts_with("warmup:"));
+    assert!(bad(ServeSettings { chunk: Some(0), ..ServeSettings::default() }).starts_with("chunk:"));
+    assert!(bad(ServeSettings { timeout_ms: f64::NAN, ..ServeSettings::default() }).starts_with("timeout:"));
+    assert!(bad(ServeSettings { queue_limit: 0, ..ServeSettings::default() }).starts_with("queue limit:"));
+    let trace = "{\"at_ms\": 0, \"task\": \"a\"}\n\n{\"at_ms\": 5, \"conversation\": {\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}}\n";
+    assert_eq!(parse_trace(trace).unwrap().len(), 2);
+    assert_eq!(
+        parse_trace("{\"at_ms\": 9, \"task\": \"a\"}\n{\"at_ms\": 5, \"task\": \"b\"}").unwrap_err().to_string(),
+        "trace line 2: at_ms = 5 comes before the previous line's 9"
+    );
+    assert!(parse_trace("{\"at_ms\": 1}").unwrap_err().to_string().contains("exactly one"));
+    assert!(parse_trace("nope").unwrap_err().to_string().starts_with("trace line 1:"));
+    assert!(parse_trace("\n").is_err());
+    assert_eq!(Policy::parse("shortest_first").unwrap(), Policy::ShortestFirst);
+    assert!(Policy::parse("lifo").unwrap_err().to_string().starts_with("policy:"));
+    let out_of_set = Server::<TimedJob>::new(ServeSettings::default(), prompts(), arrivals(&[(0.0, 5)]));
+    assert!(out_of_set.is_err());
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn trace() -> impl Strategy<Value = Vec<(f64, usize)>> {
+        prop::collection::vec((0.0..4_000.0f64, 0..2usize), 0..40).prop_map(|mut v| {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            v
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Whatever the trace and settings, every arrival ends with exactly
+        /// one record whose times are in order, the outcome counts add up,
+        /// and the queue never holds more than its limit.
+        #[test]
+        fn every_arrival_is_accounted_for_once(
+            trace in trace(),
+            chunk in prop::option::of(1usize..300),
+            shortest in any::<bool>(),
+            queue_limit in 1usize..6,
+            timeout_ms in 200.0..3_000.0f64,
+            drain_s in 0.0..2.0f64,
+        ) {
+            let settings = ServeSettings {
+                duration_s: 4.0,
+                warmup_s: 1.0,
+                drain_s,
+                chunk,
+                policy: if shortest { Policy::ShortestFirst } else { Policy::Fcfs },
+                timeout_ms,
+                queue_limit,
+                ..ServeSettings::default()
+            };
+            let clock = Rc::new(Cell::new(0.0));
+            let mut e = engine(&clock);
+            let run = drive(Server::new(settings, prompts(), arrivals(&trace)).unwrap(), &mut e, &clock);
+            prop_assert_eq!(run.records.iter().map(|r| r.id).collect::<Vec<_>>(), (0..trace.len()).collect::<Vec<_>>());
+            let s = &run.summary;
+            prop_assert_eq!(s.outcomes.iter().chain(&s.warmup_outcomes).map(|(_, n)| n).sum::<usize>(), trace.len());
+            prop_assert!(s.max_in_system <= queue_limit);
+            for r in &run.records {
+                prop_assert!(r.end_ms >= r.arrival_ms, "{:?}", r);
+                if let Some(start) = r.start_ms {
+                    prop_assert!(start >= r.arrival_ms && r.end_ms >= start, "{:?}", r);
+                }
+                match r.outcome {
+                    Outcome::Served => prop_assert!(r.top.is_some() && r.elapsed_ms() <= timeout_ms),
+                    Outcome::Rejected => prop_assert!(r.start_ms.is_none() && r.end_ms == r.arrival_ms),
+                    Outcome::TimedOut => prop_assert!(r.elapsed_ms() >= timeout_ms - 1e-9),
+                    Outcome::Failed => prop_assert!(false, "the engine never fails here"),
+                    Outcome::Unfinished => prop_assert!(r.end_ms >= 4_000.0 + drain_s * 1000.0),
+                }
+                if let (Outcome::Served, Some(c)) = (r.outcome, chunk) {
+                    prop_assert_eq!(r.chunks, r.tokens.div_ceil(c));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_cancelled_run_records_what_was_in_the_system_as_unfinished() {
+    let trace = arrivals(&[(0.0, 1), (10.0, 1), (20.0, 0), (5_000.0, 0)]);
+    let clock = Rc::new(Cell::new(0.0));
+    let mut e = engine(&clock);
+    let mut server = Server::new(settings(None, Policy::Fcfs), prompts(), trace).unwrap();
+    let read = clock.clone();
+    // The first long request runs (1,031 ms), then the user cancels.
+    assert_eq!(server.step(&mut e, &mut || read.get()), Step::Worked);
+    server.stop(clock.get());
+    let run = server.finish("cancelled".into());
+    let outcomes: Vec<Outcome> = run.records.iter().map(|r| r.outcome).collect();
+    // The arrival due at 5 s never came; the two that came after the first wait, unfinished.
+    assert_eq!(outcomes, [Outcome::Served, Outcome::Unfinished, Outcome::Unfinished]);
+    assert_eq!(run.summary.arrivals, 3);
+    assert_eq!(run.summary.unfinished, 2);
+}

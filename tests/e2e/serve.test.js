@@ -1,0 +1,123 @@
+// End-to-end tests of the router page's Serving card (note 06): the native
+// study shown on request, a load run in this page's worker (threads build,
+// cross-origin isolated) with a live queue chart while the UI thread stays
+// responsive (input latency measured and printed), every request of the run
+// accounted for, and the result shared by link and opened read-only.
+
+import { test, before, after, afterEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { serve, launch, newPage, screenshot, root, assertNoCspViolations, loadBundled } from './harness.js';
+
+const STUDY = JSON.parse(await readFile(join(root, 'reports/router-serve.cpu.json'), 'utf8'));
+
+let server;
+let browser;
+before(async () => {
+  server = await serve();
+  browser = await launch();
+});
+afterEach(assertNoCspViolations);
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+test('the serving card shows the native study, runs a load here with a live queue, and shares it', async () => {
+  const page = await newPage(browser);
+  const from = server.served.length;
+  await page.goto(`${server.url}router/`);
+  assert.ok(!server.served.slice(from).some((p) => /serve\.json/.test(p)), 'nothing of the study before it is asked for');
+
+  // The native study, fetched on request: a row per run, its verdicts and figures.
+  await page.getByTestId('serve-native-show').click();
+  await page.getByTestId('serve-study').first().waitFor();
+  assert.equal(await page.locator('[data-testid=serve-row]').count(), STUDY.serve.runs.length);
+  assert.match(await page.getByTestId('serve-verdicts').first().innerText(), /Knee|No knee/);
+  const loadRates = new Set(STUDY.serve.runs.filter((r) => r.settings.chunk === null && r.settings.policy === 'fcfs').map((r) => r.settings.rate_per_s));
+  assert.equal(await page.locator('[data-testid=serve-load-plot] svg').count(), loadRates.size > 1 ? 1 : 0);
+  const chunked = STUDY.serve.runs.some((r) => r.settings.chunk !== null);
+  assert.equal(await page.locator('[data-testid=serve-chunk-plot] svg').count(), chunked ? 1 : 0);
+  const bars = await page.locator('[data-testid=serve-timeline] rect.wait').count();
+  assert.equal(bars, STUDY.serve.runs.at(-1).records.length, 'one bar per request of the shown run');
+
+  // A bad input is named and kept; the run button waits for a good one.
+  await page.getByTestId('serve-rates').fill('fast');
+  assert.match(await page.getByTestId('serve-problem').innerText(), /rates: `fast` is not a number/);
+  assert.equal(await page.getByTestId('serve-rates').inputValue(), 'fast');
+  await page.getByTestId('serve-rates').fill('2');
+  await page.getByTestId('serve-chunks').fill('0');
+  assert.match(await page.getByTestId('serve-problem').innerText(), /chunks: `0`/);
+  await page.getByTestId('serve-chunks').fill('128');
+  // A trace file with a mistake is named with its line, and can be dropped again.
+  await page.getByTestId('serve-trace').setInputFiles({ name: 'bad-trace.jsonl', mimeType: 'application/json', buffer: Buffer.from('{"at_ms": 5, "task": "a"}\n{"at_ms": 1, "task": "b"}\n') });
+  assert.match(await page.getByTestId('serve-problem').innerText(), /bad-trace\.jsonl: trace line 2: at_ms = 1 comes before the previous line's 5/);
+  await page.getByTestId('serve-trace-name').getByRole('button').click();
+  await page.getByTestId('serve-policy').selectOption('shortest_first');
+  await page.getByTestId('serve-duration').fill('8');
+  await page.getByTestId('serve-warmup').fill('2');
+  await page.getByTestId('serve-timeout').fill('4000');
+  await page.getByTestId('serve-seed').fill('3');
+  assert.equal(await page.getByTestId('serve-problem').count(), 0);
+
+  await loadBundled(page);
+  // Input latency on the UI thread while the worker serves: from the key's
+  // event time to the frame after the page handled it.
+  await page.evaluate(() => {
+    window.inputLatencies = [];
+    document.querySelector('[data-testid=conv-system]').addEventListener('input', (e) => {
+      const t0 = e.timeStamp;
+      requestAnimationFrame(() => window.inputLatencies.push(performance.now() - t0));
+    });
+  });
+  await page.getByTestId('serve-run').click();
+  await page.getByTestId('serve-live-queue').waitFor({ timeout: 60_000 });
+  await page.getByTestId('conv-system').click();
+  for (let i = 0; i < 30; i += 1) {
+    await page.keyboard.type('x');
+    await page.waitForTimeout(100);
+  }
+  const latencies = await page.evaluate(() => window.inputLatencies.slice().sort((a, b) => a - b));
+  assert.ok(latencies.length >= 25, `input events seen: ${latencies.length}`);
+  const p95 = latencies[Math.ceil(0.95 * latencies.length) - 1];
+  console.log(`UI input latency during a load run (key → next frame, ${latencies.length} keys): p50 ${latencies[Math.floor(latencies.length / 2)].toFixed(1)} ms, p95 ${p95.toFixed(1)} ms, max ${latencies.at(-1).toFixed(1)} ms`);
+  assert.ok(p95 < 200, `the page stays responsive while the worker serves (p95 ${p95.toFixed(1)} ms)`);
+  assert.equal(await page.getByTestId('conv-system').inputValue(), 'x'.repeat(30), 'typing during the run is kept');
+
+  // The run ends with every request accounted for.
+  await page.locator('[data-testid=serve-export]').waitFor({ timeout: 120_000 });
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('serve-export').click()]);
+  const report = JSON.parse(await readFile(await download.path(), 'utf8'));
+  assert.equal(report.schema, 'workbench.router-latency/4');
+  assert.equal(report.environment.runtime, 'browser');
+  const run = report.serve.runs[0];
+  assert.equal(run.settings.chunk, 128);
+  assert.equal(run.settings.policy, 'shortest_first');
+  const outcomes = run.records.map((r) => r.outcome);
+  const counted = run.summary.outcomes.concat(run.summary.warmup_outcomes).reduce((n, [, c]) => n + c, 0);
+  assert.equal(counted, run.records.length, 'every request has one outcome');
+  assert.equal(run.records.length, run.summary.arrivals, 'no arrival is dropped from the records');
+  assert.ok(outcomes.includes('served'), outcomes.join(' '));
+  for (const r of run.records.filter((r) => r.outcome === 'served')) {
+    assert.ok(r.start_ms >= r.arrival_ms && r.end_ms > r.start_ms && r.top, JSON.stringify(r));
+    assert.ok(r.chunks === Math.ceil(r.tokens / 128), `chunks of 128: ${JSON.stringify(r)}`);
+  }
+  assert.ok(run.queue.length > 2);
+  console.log(`browser serving run (2 req/s, chunk 128, shortest first, 8 s): ${run.summary.measured} measured, outcomes ${JSON.stringify(run.summary.outcomes)}, e2e p50 ${run.summary.end_to_end.p50} ms, max ${run.summary.max_in_system} in system`);
+  await screenshot(page, 'router-serve');
+
+  // The result travels in a link and opens read-only, starting nothing.
+  await page.getByTestId('serve-share').click();
+  const link = await page.getByTestId('serve-share-link').getAttribute('href');
+  const viewer = await newPage(browser);
+  const before = server.served.length;
+  await viewer.goto(link);
+  await viewer.getByTestId('shared-result').waitFor();
+  await viewer.getByTestId('serve-study').waitFor();
+  assert.equal(await viewer.locator('[data-testid=serve-row]').count(), 1);
+  assert.ok(!server.served.slice(before).some((p) => /router_worker|\.gguf|serve\.json/.test(p)), server.served.slice(before).join(' '));
+  assert.deepEqual(page.problems, []);
+  await viewer.context().close();
+  await page.context().close();
+});
