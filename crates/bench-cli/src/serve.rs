@@ -126,9 +126,11 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
     let Loaded { router, checkpoint_file } = flags.load()?;
     eprintln!("bench-decide --serve: measuring {} prompts' kept lengths", named.len());
     let (mut engine, prompts) = RouterEngine::new(&router, named, flags.mode.clone()).map_err(anyhow::Error::msg)?;
-    // One decide before the first run, so the first run's warm-up is not
-    // also the process's first touch of the weights.
-    serve::Engine::begin(&mut engine, 0).map_err(anyhow::Error::msg)?;
+    // One whole decide before the first run, so the first run's warm-up is
+    // not also the process's first touch of the weights.
+    let (mut job, _) = serve::Engine::begin(&mut engine, 0).map_err(anyhow::Error::msg)?;
+    serve::Engine::prefill(&mut engine, &mut job, usize::MAX).map_err(anyhow::Error::msg)?;
+    serve::Engine::finish(&mut engine, job).map_err(anyhow::Error::msg)?;
 
     let mut runs: Vec<ServeRun> = Vec::new();
     for mut settings in plan {

@@ -478,10 +478,6 @@ impl<J> Server<J> {
         })
     }
 
-    pub fn settings(&self) -> &ServeSettings {
-        &self.settings
-    }
-
     /// Requests with an outcome so far.
     pub fn records(&self) -> &[RequestRecord] {
         &self.records
@@ -489,15 +485,6 @@ impl<J> Server<J> {
 
     pub fn queue_samples(&self) -> &[QueueSample] {
         &self.queue
-    }
-
-    pub fn arrivals(&self) -> usize {
-        self.arrivals.len()
-    }
-
-    /// Requests in the system now.
-    pub fn in_system(&self) -> usize {
-        self.active.len()
     }
 
     fn record(&mut self, index: usize, end_ms: f64, outcome: Outcome, top: Option<String>, error: Option<String>) {
@@ -544,7 +531,7 @@ impl<J> Server<J> {
         while let Some(index) = self.active.iter().position(|a| now - self.arrivals[a.arrival].at_ms >= timeout) {
             let at = self.arrivals[self.active[index].arrival].at_ms + timeout;
             self.record(index, at, Outcome::TimedOut, None, None);
-            self.sample(at);
+            self.sample(now);
         }
         let stop = self.settings.end_ms() + self.settings.drain_s * 1000.0;
         if now >= stop {
@@ -621,7 +608,9 @@ impl<J> Server<J> {
                 let last = self.active.len() - 1;
                 self.record(last, at, Outcome::Rejected, None, None);
             } else {
-                self.sample(at);
+                // Sampled when the server saw it (the queue as the server
+                // knew it, in time order); the record keeps the arrival time.
+                self.sample(now);
             }
         }
     }

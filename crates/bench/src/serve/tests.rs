@@ -274,6 +274,7 @@ mod properties {
             let s = &run.summary;
             prop_assert_eq!(s.outcomes.iter().chain(&s.warmup_outcomes).map(|(_, n)| n).sum::<usize>(), trace.len());
             prop_assert!(s.max_in_system <= queue_limit);
+            prop_assert!(run.queue.windows(2).all(|w| w[0].t_ms <= w[1].t_ms), "queue samples in time order");
             for r in &run.records {
                 prop_assert!(r.end_ms >= r.arrival_ms, "{:?}", r);
                 if let Some(start) = r.start_ms {
