@@ -26,9 +26,26 @@ use crate::report_view::{measured_where, ReportView};
 use crate::serve_view::ServeView;
 use crate::worker_client::{WorkerBuild, WorkerClient};
 
-/// Seconds a running call may take to honour Cancel before the worker is
-/// terminated and restarted.
+/// Milliseconds a running call may take to honour Cancel before the
+/// worker is terminated and restarted. A serving test's steps can be a
+/// whole long prefill, slower than this on a slow machine: its grace is
+/// [`serve_cancel_grace_ms`] instead.
 const CANCEL_GRACE_MS: u32 = 3000;
+
+/// The Cancel grace during a serving test before the worker has timed its
+/// heaviest prompt: its warm-up is that whole decide, after tokenising
+/// every prompt.
+const SERVE_WARMUP_GRACE_MS: u32 = 60_000;
+
+/// The Cancel grace during a serving test: the worker checks Cancel
+/// between steps, and a step is about as long as one whole decide of the
+/// heaviest prompt (most kept tokens, most text to tokenise) at most, which
+/// the worker timed (with nothing queued) before the first run. Half as
+/// much again and a second cover a noisy machine (prefills measured up to
+/// 13 % longer than that warm-up in the native study).
+fn serve_cancel_grace_ms(unloaded_heaviest_ms: f64) -> u32 {
+    (unloaded_heaviest_ms * 1.5 + 1000.0).clamp(CANCEL_GRACE_MS as f64, 120_000.0) as u32
+}
 
 /// Timed follow-ups (and short decides) in the page's prefix protocol.
 const PREFIX_ITERATIONS: usize = 5;
@@ -118,6 +135,9 @@ struct Ctx {
     prefix_report: RwSignal<Option<(PrefixReport, bool)>>,
     bench_progress: RwSignal<Option<BenchProgress>>,
     cancel_requested: RwSignal<bool>,
+    /// How long Cancel may take during the serving test before the worker
+    /// is restarted (ms); every other job has [`CANCEL_GRACE_MS`].
+    serve_cancel_grace_ms: RwSignal<u32>,
     report: RwSignal<Option<(Report, bool)>>,
     compare_with: RwSignal<Option<(String, Report)>>,
     share_link: RwSignal<Option<String>>,
@@ -134,7 +154,8 @@ struct Ctx {
     /// The Serving card: the running run's queue so far (index, samples,
     /// finished, arrivals), the runs done, and the finished report.
     serve_live: RwSignal<Option<ServeLive>>,
-    serve_runs: RwSignal<Vec<bench::serve::ServeRun>>,
+    /// The finished runs' summary lines.
+    serve_runs: RwSignal<Vec<String>>,
     serve_report: RwSignal<Option<(Report, bool)>>,
     worker_started: RwSignal<bool>,
     reload_when_started: RwSignal<bool>,
@@ -163,6 +184,7 @@ impl Ctx {
             prefix_report: RwSignal::new(None),
             bench_progress: RwSignal::new(None),
             cancel_requested: RwSignal::new(false),
+            serve_cancel_grace_ms: RwSignal::new(SERVE_WARMUP_GRACE_MS),
             report: RwSignal::new(None),
             compare_with: RwSignal::new(None),
             share_link: RwSignal::new(None),
@@ -346,7 +368,10 @@ impl Ctx {
                 self.cancel_requested.set(false);
                 self.route_done.set(Some((checkpoint_id, head_id, cancelled)));
             }
-            FromWorker::ServeStarted { .. } => self.serve_live.set(None),
+            FromWorker::ServeStarted { unloaded_heaviest_ms, .. } => {
+                self.serve_live.set(None);
+                self.serve_cancel_grace_ms.set(serve_cancel_grace_ms(unloaded_heaviest_ms));
+            }
             FromWorker::ServeTick { run, sample, finished, arrivals } => self.serve_live.update(|live| match live {
                 Some(live) if live.run == run => {
                     live.samples.push(sample);
@@ -354,7 +379,9 @@ impl Ctx {
                 }
                 _ => *live = Some(ServeLive { run, samples: vec![sample], finished, arrivals }),
             }),
-            FromWorker::ServeRunDone { run, .. } => self.serve_runs.update(|runs| runs.push(*run)),
+            FromWorker::ServeRunDone { label, settings, summary, .. } => {
+                self.serve_runs.update(|runs| runs.push(bench::serve::summary_line(&label, &settings, &summary)))
+            }
             FromWorker::ServeDone { report, cancelled } => {
                 self.job.set(None);
                 self.cancel_requested.set(false);
@@ -455,11 +482,15 @@ impl Ctx {
         self.send(&ToWorker::Cancel, None);
         self.cancel_requested.set(true);
         let generation = self.generation.get_untracked();
-        gloo_timers::callback::Timeout::new(CANCEL_GRACE_MS, move || {
+        let grace_ms = match self.job.get_untracked() {
+            Some(Job::Serve) => self.serve_cancel_grace_ms.get_untracked(),
+            _ => CANCEL_GRACE_MS,
+        };
+        gloo_timers::callback::Timeout::new(grace_ms, move || {
             if self.generation.get_untracked() == generation && self.job.get_untracked().is_some() && self.cancel_requested.get_untracked() {
                 self.restart(format!(
-                    "The call in progress did not end within {} s of Cancel, so the worker was stopped and restarted (the model is reloading). No result was kept.",
-                    CANCEL_GRACE_MS / 1000
+                    "The call in progress did not end within {:.0} s of Cancel, so the worker was stopped and restarted (the model is reloading). No result was kept.",
+                    f64::from(grace_ms) / 1000.0
                 ));
             }
         })
@@ -1376,17 +1407,19 @@ struct ServeForm {
 impl Default for ServeForm {
     fn default() -> Self {
         ServeForm {
-            // The native study's settings, at a rate a 2-core machine's
-            // browser sustains (a 1,024-token decide takes seconds there).
-            rates: "0.25".into(),
+            // The browser study's settings (tests/e2e/serve-browser.mjs):
+            // a rate a 2-core machine's browser sustains, and an SLO above
+            // its slowest unloaded decide (a 1,024-token one takes several
+            // seconds there).
+            rates: "0.05".into(),
             chunks: "whole".into(),
             policy: "fcfs".into(),
-            duration: "30".into(),
-            warmup: "5".into(),
+            duration: "120".into(),
+            warmup: "10".into(),
             seed: "1".into(),
-            timeout: "15000".into(),
+            timeout: "30000".into(),
             queue_limit: "16".into(),
-            slo: "4000".into(),
+            slo: "20000".into(),
         }
     }
 }
@@ -1533,6 +1566,7 @@ fn ServeCard(ctx: Ctx) -> impl IntoView {
             running.set_value(runs.clone());
             if ctx.send(&ToWorker::Serve { runs, tasks, trace, mode }, None) {
                 ctx.job.set(Some(Job::Serve));
+                ctx.serve_cancel_grace_ms.set(SERVE_WARMUP_GRACE_MS);
                 ctx.serve_runs.set(Vec::new());
                 ctx.serve_live.set(None);
                 ctx.serve_report.set(None);
@@ -1555,13 +1589,16 @@ fn ServeCard(ctx: Ctx) -> impl IntoView {
             let end = running.with_value(|r| r.get(index).map_or(1000.0, |s| s.end_ms()));
             let now = samples.last().map_or(0.0, |s| s.t_ms);
             let queue = bench::serve::plot::queue_svg(&samples, end, &format!("run {} of {total}", index + 1));
-            let text = format!(
-                "run {} of {total} · {:.1} s · {finished} of {arrivals} requests ended · {} in the system now",
-                index + 1,
-                now / 1000.0,
-                samples.last().map_or(0, |s| s.in_system)
-            );
-            let done: Vec<String> = ctx.serve_runs.with(|runs| runs.iter().map(bench::serve::summary_line).collect());
+            let text = match samples.last() {
+                None if index == 0 => "Warming up: one decide of the heaviest prompt, nothing queued".to_string(),
+                last => format!(
+                    "run {} of {total} · {:.1} s · {finished} of {arrivals} requests ended · {} in the system now",
+                    index + 1,
+                    now / 1000.0,
+                    last.map_or(0, |s| s.in_system)
+                ),
+            };
+            let done = ctx.serve_runs.get();
             view! {
                 <JobProgress ctx=ctx id="serve" label="Serving test progress" value=index as f64 + (now / end).min(1.0) max=total as f64 text=text/>
                 <figure class="plot" data-testid="serve-live-queue" inner_html=queue></figure>

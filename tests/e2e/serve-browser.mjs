@@ -2,8 +2,8 @@
 // cross-origin-isolated site (the threads build), and saves the page's own
 // JSON export: the browser's load sweep in bench-decide --serve's schema.
 //
-//   node tests/e2e/serve-browser.mjs [--rates 0.1,0.2,0.3,0.5] [--chunks whole] [--policy fcfs]
-//        [--duration 45] [--warmup 5] [--seed 1] [--timeout 15000] [--queue 16] [--slo 4000]
+//   node tests/e2e/serve-browser.mjs [--rates 0.05,0.1,0.2,0.3] [--chunks whole] [--policy fcfs]
+//        [--duration 180] [--warmup 10] [--seed 1] [--timeout 30000] [--queue 16] [--slo 20000]
 //        [--out reports/router-serve.browser.json]
 //
 // Needs the built site (pkg/, from scripts/build-site.sh).
@@ -14,15 +14,15 @@ import { serve, launch, newPage, root, loadBundled } from './harness.js';
 
 const { values: args } = parseArgs({
   options: {
-    rates: { type: 'string', default: '0.1,0.2,0.3,0.5' },
+    rates: { type: 'string', default: '0.05,0.1,0.2,0.3' },
     chunks: { type: 'string', default: 'whole' },
     policy: { type: 'string', default: 'fcfs' },
-    duration: { type: 'string', default: '45' },
-    warmup: { type: 'string', default: '5' },
+    duration: { type: 'string', default: '180' },
+    warmup: { type: 'string', default: '10' },
     seed: { type: 'string', default: '1' },
-    timeout: { type: 'string', default: '15000' },
+    timeout: { type: 'string', default: '30000' },
     queue: { type: 'string', default: '16' },
-    slo: { type: 'string', default: '4000' },
+    slo: { type: 'string', default: '20000' },
     out: { type: 'string', default: 'reports/router-serve.browser.json' },
   },
 });

@@ -119,5 +119,22 @@ test('the serving card shows the native study, runs a load here with a live queu
   assert.ok(!server.served.slice(before).some((p) => /router_worker|\.gguf|serve\.json/.test(p)), server.served.slice(before).join(' '));
   assert.deepEqual(page.problems, []);
   await viewer.context().close();
+
+  // Cancel while whole prefills run: the worker ends the run at the next
+  // step, within a grace sized from its own warm-up decide of the heaviest
+  // prompt (a whole 1,024-token prefill outlasts the bench's 3 s on a slow
+  // machine), so the runs so far are kept and the worker is not restarted.
+  await page.getByTestId('serve-chunks').fill('whole');
+  await page.getByTestId('serve-policy').selectOption('fcfs');
+  await page.getByTestId('serve-duration').fill('30');
+  await page.getByTestId('serve-run').click();
+  await page.waitForFunction(() => /^run 1 of 1 · [1-9]/.test(document.querySelector('[data-testid=serve-stage]')?.textContent ?? ''), null, { timeout: 120_000 });
+  const asked = Date.now();
+  await page.getByTestId('serve-cancel').click();
+  await page.getByTestId('serve-cancelled').waitFor({ timeout: 60_000 });
+  console.log(`serving run cancelled mid-run: ended ${Date.now() - asked} ms after Cancel`);
+  assert.equal(await page.getByTestId('router-alert').count(), 0, 'no restart');
+  assert.equal(await page.getByTestId('model-status').textContent(), 'ready');
+  assert.deepEqual(page.problems, []);
   await page.context().close();
 });

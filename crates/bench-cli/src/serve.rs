@@ -56,6 +56,11 @@ pub struct ServeFlags {
     /// What else ran on the machine, recorded in the report.
     #[arg(long, default_value = "")]
     note: String,
+    /// Run nothing: read the report at --out, derive each run's queue series
+    /// and figures again from its records (this build's definitions),
+    /// rewrite it, print its table and verdicts and write its figures.
+    #[arg(long)]
+    render: bool,
 }
 
 fn chunk(text: &str) -> Result<Option<usize>> {
@@ -108,6 +113,18 @@ fn plan(flags: &ServeFlags) -> Result<Vec<ServeSettings>> {
 }
 
 pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
+    if s.render {
+        let text = String::from_utf8(read(out, "--out")?).context("--out: not UTF-8")?;
+        let mut report: Report = serde_json::from_str(&text).with_context(|| format!("--out {}: not a report", out.display()))?;
+        let mut study =
+            report.serve().with_context(|| format!("--out {}: no serve section", out.display()))?.map_err(anyhow::Error::msg)?;
+        study.runs = study.runs.iter().map(ServeRun::derived_again).collect();
+        report.set_serve(&study);
+        bench_cli::write_report(out, &report)?;
+        present(&report, out)?;
+        println!("derived again from the records: {}", out.display());
+        return Ok(());
+    }
     let started_unix_ms = bench_cli::unix_ms_now();
     let plan = plan(s)?;
     let tasks_text = String::from_utf8(read(&s.serve_tasks, "--serve-tasks")?).context("--serve-tasks: not UTF-8")?;
@@ -126,11 +143,8 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
     let Loaded { router, checkpoint_file } = flags.load()?;
     eprintln!("bench-decide --serve: measuring {} prompts' kept lengths", named.len());
     let (mut engine, prompts) = RouterEngine::new(&router, named, flags.mode.clone()).map_err(anyhow::Error::msg)?;
-    // One whole decide before the first run, so the first run's warm-up is
-    // not also the process's first touch of the weights.
-    let (mut job, _) = serve::Engine::begin(&mut engine, 0).map_err(anyhow::Error::msg)?;
-    serve::Engine::prefill(&mut engine, &mut job, usize::MAX).map_err(anyhow::Error::msg)?;
-    serve::Engine::finish(&mut engine, job).map_err(anyhow::Error::msg)?;
+    let unloaded_heaviest_ms = engine.warm_up(&prompts).map_err(anyhow::Error::msg)?;
+    eprintln!("bench-decide --serve: one decide of the heaviest prompt, nothing queued: {unloaded_heaviest_ms:.0} ms");
 
     let mut runs: Vec<ServeRun> = Vec::new();
     for mut settings in plan {
@@ -159,7 +173,7 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
             }
         }
         let run = server.finish(label);
-        println!("{}", serve::summary_line(&run));
+        println!("{}", run.summary_line());
         runs.push(run);
     }
 
@@ -170,6 +184,7 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
         arrivals: arrivals_name,
         runs,
         note: s.note.clone(),
+        unloaded_heaviest_ms: Some(unloaded_heaviest_ms),
     };
     let mut report = Report::for_study(
         bench_cli::native_environment(started_unix_ms),
@@ -180,7 +195,15 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
     report.set_serve(&study);
     bench_cli::write_report(out, &report)?;
     // Printed from the report as written, so what is shown is what was stored.
-    let study = report.serve().expect("set above").map_err(anyhow::Error::msg)?;
+    present(&report, out)?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// Prints a serving report's table and verdicts and writes its figures
+/// beside `out`.
+fn present(report: &Report, out: &Path) -> Result<()> {
+    let study = report.serve().with_context(|| format!("{}: no serve section", out.display()))?.map_err(anyhow::Error::msg)?;
     println!("\n{}", study.table());
     for verdict in study.verdicts() {
         println!("- {verdict}");
@@ -198,6 +221,5 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
         figures.push(figure("timeline.svg", serve::plot::timeline_svg(run))?);
     }
     println!("figures: {}", figures.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
-    println!("wrote {}", out.display());
     Ok(())
 }

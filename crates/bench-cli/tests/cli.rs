@@ -213,7 +213,7 @@ fn serve_replays_a_trace_and_keeps_every_request() {
     ];
     let (code, stdout, stderr) = bench_decide(&args, &[]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("| offered /s | chunk | policy |"), "{stdout}");
+    assert!(stdout.contains("| offered /s | arrived /s | chunk | policy |"), "{stdout}");
     let r: bench::Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let study = r.serve().unwrap().unwrap();
     assert_eq!(study.arrivals, trace.display().to_string());
@@ -229,6 +229,21 @@ fn serve_replays_a_trace_and_keeps_every_request() {
     // The second request waited for the first.
     assert!(run.records[1].queue_ms > 0.0);
     assert!(out.with_extension("timeline.svg").exists());
+    // The warm-up decided the heavier task (b) once, before the run.
+    assert!(study.unloaded_heaviest_ms.is_some_and(|ms| ms > 0.0));
+
+    // --render presents a written report again, loading no model.
+    std::fs::remove_file(out.with_extension("timeline.svg")).unwrap();
+    let (code, rendered, stderr) =
+        bench_decide(&["--serve", "--render", "--checkpoint", "/nonexistent.gguf", "--out", out.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let table = |text: &str| text.lines().filter(|l| l.starts_with('|')).map(String::from).collect::<Vec<_>>();
+    assert!(!table(&stdout).is_empty());
+    assert_eq!(table(&rendered), table(&stdout), "{rendered}");
+    assert!(out.with_extension("timeline.svg").exists());
+    let (code, _, stderr) = bench_decide(&["--serve", "--render", "--out", tasks.to_str().unwrap()], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("not a report"), "{stderr}");
 
     // Bad flags and traces are named.
     let (code, _, stderr) = bench_decide(&["--serve", "--chunk", "0", "--out", out.to_str().unwrap()], &[]);

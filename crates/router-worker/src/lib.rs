@@ -426,7 +426,8 @@ impl RouterWorker {
             None => (named, None, "poisson".to_string()),
         };
         let (mut engine, prompts) = serve::engine::RouterEngine::new(&loaded.router, named, mode.clone())?;
-        post(&FromWorker::ServeStarted { prompts: prompts.len(), runs: plan.len() });
+        let unloaded_heaviest_ms = engine.warm_up(&prompts)?;
+        post(&FromWorker::ServeStarted { prompts: prompts.len(), runs: plan.len(), unloaded_heaviest_ms });
         let mut runs = Vec::new();
         let mut cancelled = false;
         for (index, mut settings) in plan.into_iter().enumerate() {
@@ -476,7 +477,12 @@ impl RouterWorker {
                 }
             }
             let run = server.finish(if cancelled { format!("{label} (cancelled)") } else { label });
-            post(&FromWorker::ServeRunDone { index, run: Box::new(run.clone()) });
+            post(&FromWorker::ServeRunDone {
+                index,
+                label: run.label.clone(),
+                settings: run.settings.clone(),
+                summary: Box::new(run.summary.clone()),
+            });
             runs.push(run);
             if cancelled {
                 break;
@@ -490,6 +496,7 @@ impl RouterWorker {
             arrivals: arrivals_name,
             runs,
             note: "router page's worker; the page's UI thread stays live".into(),
+            unloaded_heaviest_ms: Some(unloaded_heaviest_ms),
         };
         let described = format!(
             "serving test: {} runs, {} arrivals, mode={}",

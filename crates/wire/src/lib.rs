@@ -9,7 +9,7 @@
 use bench::prefix::PrefixReport;
 use bench::quality::RoutedTask;
 use bench::report::{Provenance, Report};
-use bench::serve::{QueueSample, ServeRun, ServeSettings};
+use bench::serve::{QueueSample, RunSummary, ServeSettings};
 use bench::tasks::Task;
 use router::{Conversation, Decision, FlopModel, GemmProbe, LoadTimings};
 use serde::{Deserialize, Serialize};
@@ -298,10 +298,14 @@ pub enum FromWorker {
         head_id: Option<String>,
         cancelled: bool,
     },
-    /// A serving test began: the prompt set's kept lengths, the runs.
+    /// A serving test began: the prompt set's size, the runs, and how long
+    /// one whole decide of the heaviest prompt took with nothing queued
+    /// (the worker's warm-up; no step of the test should take much longer,
+    /// so the page sizes its Cancel grace from it).
     ServeStarted {
         prompts: usize,
         runs: usize,
+        unloaded_heaviest_ms: f64,
     },
     /// The running serving run's state, at most every 100 ms and at each
     /// idle wait: what the live queue chart draws.
@@ -311,10 +315,15 @@ pub enum FromWorker {
         finished: usize,
         arrivals: usize,
     },
-    /// One run of a serving test ended (`cancelled` runs stop early and say so in their label).
+    /// One run of a serving test ended (`cancelled` runs stop early and
+    /// say so in their label): its figures only; every record arrives in
+    /// `ServeDone`'s report, so the embedded widget, which shares this
+    /// type, does not carry a decoder for them.
     ServeRunDone {
         index: usize,
-        run: Box<ServeRun>,
+        label: String,
+        settings: ServeSettings,
+        summary: Box<RunSummary>,
     },
     /// The serving test ended: the report with its `serve` section.
     ServeDone {

@@ -40,6 +40,24 @@ impl<'a> RouterEngine<'a> {
         }
         Ok((RouterEngine { router, conversations, mode }, prompts))
     }
+
+    /// One whole decide of the heaviest of `prompts` (the set
+    /// [`RouterEngine::new`] returned: most kept tokens, then the most
+    /// text, since every prompt is tokenised whole before the cut), timed
+    /// (ms). Run before the first load run so that run's warm-up is not
+    /// also the process's first touch of the weights, and so the study can
+    /// state the slowest unloaded request beside its SLO; a run's steps are
+    /// no longer than this by much (a noisy machine varies by tens of per
+    /// cent), so the page sizes its Cancel grace from it.
+    pub fn warm_up(&mut self, prompts: &[TracePrompt]) -> Result<f64, String> {
+        let text = |i: usize| self.conversations[i].messages.iter().map(|m| m.content.len()).sum::<usize>();
+        let heaviest = (0..prompts.len()).max_by_key(|&i| (prompts[i].tokens, text(i))).ok_or("no prompts to serve")?;
+        let started = Instant::now();
+        let (mut job, _) = self.begin(heaviest)?;
+        self.prefill(&mut job, usize::MAX)?;
+        self.finish(job)?;
+        Ok(ms(started))
+    }
 }
 
 fn ms(since: Instant) -> f64 {

@@ -447,8 +447,10 @@ pub struct Server<J> {
     next: usize,
     active: Vec<Active<J>>,
     records: Vec<RequestRecord>,
+    /// The queue as the server saw it, at each event it handled: what a
+    /// live chart can draw. An arrival during a long step is only seen
+    /// after it, so the run's own series is rebuilt from the records.
     queue: Vec<QueueSample>,
-    busy_ms: f64,
     done: bool,
 }
 
@@ -473,7 +475,6 @@ impl<J> Server<J> {
             active: Vec::new(),
             records: Vec::new(),
             queue: vec![QueueSample { t_ms: 0.0, in_system: 0, waiting: 0 }],
-            busy_ms: 0.0,
             done: false,
         })
     }
@@ -579,7 +580,6 @@ impl<J> Server<J> {
             Ok(Some(finished))
         })();
         let end = clock();
-        self.busy_ms += end - now;
         match result {
             Ok(None) => {}
             Ok(Some(finished)) => {
@@ -647,12 +647,41 @@ impl<J> Server<J> {
     }
 
     /// The run: every request's record (in arrival order), the queue over
-    /// time and the summary.
-    pub fn finish(mut self, label: String) -> ServeRun {
-        self.records.sort_by_key(|r| r.id);
-        let summary = RunSummary::of(&self.settings, &self.records, &self.queue, self.arrivals.len(), self.busy_ms);
-        ServeRun { label, settings: self.settings, records: self.records, queue: self.queue, summary }
+    /// time and the summary, all from the records.
+    pub fn finish(self, label: String) -> ServeRun {
+        ServeRun::from_records(label, self.settings, self.records, self.arrivals.len())
     }
+}
+
+/// Requests in the system (arrived and not yet ended; a rejected one never
+/// enters) and waiting (not yet started) over time, exactly, from the
+/// records: one sample at t = 0 and one after each instant at which
+/// something arrived, started or ended.
+pub fn queue_from_records(records: &[RequestRecord]) -> Vec<QueueSample> {
+    // (time, change in the system, change in waiting); at equal times the
+    // ends come first, so no instant counts a request twice.
+    let mut events: Vec<(f64, i64, i64)> = Vec::new();
+    for r in records.iter().filter(|r| r.outcome != Outcome::Rejected) {
+        events.push((r.arrival_ms, 1, 1));
+        match r.start_ms {
+            Some(start) => {
+                events.push((start, 0, -1));
+                events.push((r.end_ms, -1, 0));
+            }
+            None => events.push((r.end_ms, -1, -1)),
+        }
+    }
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut queue = vec![QueueSample { t_ms: 0.0, in_system: 0, waiting: 0 }];
+    let (mut in_system, mut waiting) = (0i64, 0i64);
+    for (i, &(t, d_system, d_waiting)) in events.iter().enumerate() {
+        in_system += d_system;
+        waiting += d_waiting;
+        if events.get(i + 1).is_none_or(|next| next.0 > t) {
+            queue.push(QueueSample { t_ms: t, in_system: in_system.max(0) as usize, waiting: waiting.max(0) as usize });
+        }
+    }
+    queue
 }
 
 /// p50, p95 and p99 in ms; `None` where a request never got that far
@@ -770,12 +799,45 @@ pub struct ServeRun {
     pub summary: RunSummary,
 }
 
-/// The knee of a load sweep: the highest offered rate whose goodput is at
-/// least `share` of it, with every lower rate too (runs in rate order).
+impl ServeRun {
+    /// A run from its settings and records (in any order) and how many
+    /// arrivals it had: the queue series and the summary are derived, so a
+    /// report's runs can be derived again under this build's definitions
+    /// (`bench-decide --serve --render`). The engine's busy time is the
+    /// requests' own engine time, prefill and the other stages.
+    pub fn from_records(label: String, settings: ServeSettings, mut records: Vec<RequestRecord>, arrivals: usize) -> ServeRun {
+        records.sort_by_key(|r| r.id);
+        let queue = queue_from_records(&records);
+        let busy_ms = records.iter().map(|r| r.prefill_ms + r.other_ms).sum();
+        let summary = RunSummary::of(&settings, &records, &queue, arrivals, busy_ms);
+        ServeRun { label, settings, records, queue, summary }
+    }
+
+    /// This run derived again from its records ([`ServeRun::from_records`]).
+    pub fn derived_again(&self) -> ServeRun {
+        ServeRun::from_records(self.label.clone(), self.settings.clone(), self.records.clone(), self.summary.arrivals)
+    }
+
+    /// Arrivals per second in the measurement interval: what was offered
+    /// in fact. A Poisson draw of a few minutes can fall well short of the
+    /// nominal rate (or pass it), so the knee compares against this.
+    pub fn arrived_per_s(&self) -> f64 {
+        self.summary.measured as f64 / (self.settings.duration_s - self.settings.warmup_s)
+    }
+
+    /// [`summary_line`] of this run.
+    pub fn summary_line(&self) -> String {
+        summary_line(&self.label, &self.settings, &self.summary)
+    }
+}
+
+/// The knee of a load sweep: the highest offered rate at which at least
+/// `share` of the measured arrivals were served within the SLO, with every
+/// lower rate too (runs in rate order).
 pub fn knee(runs: &[&ServeRun], share: f64) -> Option<f64> {
     let mut knee = None;
     for run in runs {
-        if run.summary.goodput_per_s >= share * run.summary.offered_per_s {
+        if run.summary.goodput_per_s >= share * run.arrived_per_s() {
             knee = Some(run.summary.offered_per_s);
         } else {
             break;
@@ -784,7 +846,7 @@ pub fn knee(runs: &[&ServeRun], share: f64) -> Option<f64> {
     knee
 }
 
-/// The share of offered load that must be served within the SLO for a
+/// The share of the arrivals that must be served within the SLO for a
 /// rate to count as sustained (below the knee).
 pub const KNEE_SHARE: f64 = 0.9;
 
@@ -802,6 +864,12 @@ pub struct ServeStudy {
     /// What else ran on the machine, as the caller states it.
     #[serde(default)]
     pub note: String,
+    /// One whole decide of the heaviest prompt (most kept tokens, then
+    /// most text to tokenise) before the first run, nothing queued (ms):
+    /// the slowest request on this machine without load, against which the
+    /// SLO is read. Absent in studies written before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unloaded_heaviest_ms: Option<f64>,
 }
 
 impl ServeStudy {
@@ -816,6 +884,17 @@ impl ServeStudy {
 
     pub fn knee(&self) -> Option<f64> {
         knee(&self.load_sweep(), KNEE_SHARE)
+    }
+
+    /// The load-sweep run that served the most within the SLO per second
+    /// (the lowest rate on a tie): past it, more offered load serves no
+    /// more. Unlike the knee it exists even when the SLO is tighter than
+    /// some unloaded requests.
+    pub fn goodput_peak(&self) -> Option<&ServeRun> {
+        self.load_sweep().into_iter().fold(None, |best: Option<&ServeRun>, run| match best {
+            Some(b) if b.summary.goodput_per_s >= run.summary.goodput_per_s => Some(b),
+            _ => Some(run),
+        })
     }
 
     /// The rates at which more than one chunk setting ran: the chunk sweep.
@@ -835,6 +914,11 @@ fn plot_step(seconds: f64) -> f64 {
     [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0].into_iter().find(|s| seconds / s <= 10.0).unwrap_or(1200.0)
 }
 
+/// A latency in a sentence: "1234 ms", or "not served".
+fn with_unit(p: Option<f64>) -> String {
+    p.map_or_else(|| "not served".to_string(), |v| format!("{v:.0} ms"))
+}
+
 fn ms_or_beyond(p: Option<f64>) -> String {
     p.map_or_else(|| "not served".to_string(), |v| format!("{v:.0}"))
 }
@@ -845,16 +929,17 @@ pub fn run_label(settings: &ServeSettings) -> String {
     format!("{rate} req/s, chunk {}, {}", settings.chunk_label(), settings.policy.label())
 }
 
-/// One line per run, as the CLI prints it while a sweep runs.
-pub fn summary_line(run: &ServeRun) -> String {
-    let s = &run.summary;
+/// One line per run, as the CLI prints it while a sweep runs and the page
+/// lists the finished runs: from the run's name, settings and figures only
+/// (the worker posts these, not the records, as each run ends).
+pub fn summary_line(label: &str, settings: &ServeSettings, s: &RunSummary) -> String {
     format!(
         "{}: {} measured, {} served ({} within {:.0} ms), {} timed out, {} rejected, {} unfinished; end to end p50/p95/p99 {}/{}/{} ms; goodput {:.2}/s; max {} in system",
-        run.label,
+        label,
         s.measured,
         s.outcome(Outcome::Served),
-        (s.goodput_per_s * (run.settings.duration_s - run.settings.warmup_s)).round(),
-        run.settings.slo_ms,
+        (s.goodput_per_s * (settings.duration_s - settings.warmup_s)).round(),
+        settings.slo_ms,
         s.outcome(Outcome::TimedOut),
         s.outcome(Outcome::Rejected),
         s.unfinished,
@@ -873,6 +958,7 @@ impl ServeStudy {
     pub fn table_cells(&self) -> (Vec<&'static str>, Vec<Vec<String>>) {
         let header = vec![
             "offered /s",
+            "arrived /s",
             "chunk",
             "policy",
             "measured",
@@ -898,6 +984,7 @@ impl ServeStudy {
                 let s = &r.summary;
                 vec![
                     r.settings.rate_per_s.to_string(),
+                    format!("{:.2}", r.arrived_per_s()),
                     r.settings.chunk_label(),
                     r.settings.policy.label().to_string(),
                     s.measured.to_string(),
@@ -939,20 +1026,51 @@ impl ServeStudy {
         let sweep = self.load_sweep();
         if let (Some(first), Some(last)) = (sweep.first(), sweep.last()) {
             let slo = first.settings.slo_ms;
-            out.push(match self.knee() {
-                Some(k) => format!(
-                    "Knee: up to {k} requests/s at least {:.0} % of the offered load was served within {slo:.0} ms; past it the queue grows (at {} /s: {:.2} /s within the SLO, {} in the system at most).",
-                    KNEE_SHARE * 100.0,
-                    last.summary.offered_per_s,
-                    last.summary.goodput_per_s,
-                    last.summary.max_in_system
-                ),
+            out.push(match self.knee().and_then(|k| sweep.iter().find(|r| r.summary.offered_per_s == k)) {
+                Some(at) => {
+                    let beyond = if last.summary.offered_per_s > at.summary.offered_per_s {
+                        format!(
+                            " Past it the queue grows: at {} /s offered ({:.2} /s arrived), {:.2} /s within the SLO, {} in the system at most.",
+                            last.summary.offered_per_s,
+                            last.arrived_per_s(),
+                            last.summary.goodput_per_s,
+                            last.summary.max_in_system
+                        )
+                    } else {
+                        " The sweep did not go past it.".to_string()
+                    };
+                    format!(
+                        "Knee: up to {} requests/s offered ({:.2} /s arrived in the measured interval), at least {:.0} % of the arrivals were served within {slo:.0} ms.{beyond}",
+                        at.summary.offered_per_s,
+                        at.arrived_per_s(),
+                        KNEE_SHARE * 100.0
+                    )
+                }
                 None => format!(
-                    "No knee in the sweep: even at {} requests/s less than {:.0} % of the offered load was served within {slo:.0} ms.",
+                    "No knee in the sweep: even at {} requests/s offered less than {:.0} % of the arrivals were served within {slo:.0} ms.",
                     first.summary.offered_per_s,
                     KNEE_SHARE * 100.0
                 ),
             });
+        }
+        if let (Some(peak), Some(last)) = (self.goodput_peak(), sweep.last()) {
+            if peak.summary.offered_per_s < last.summary.offered_per_s {
+                out.push(format!(
+                    "Saturation: the most served within the SLO was {:.2} /s, at {} requests/s offered (engine busy {:.0} %); at {} /s offered it was {:.2} /s.",
+                    peak.summary.goodput_per_s,
+                    peak.summary.offered_per_s,
+                    peak.summary.utilisation * 100.0,
+                    last.summary.offered_per_s,
+                    last.summary.goodput_per_s
+                ));
+            }
+        }
+        if let (Some(unloaded), Some(first)) = (self.unloaded_heaviest_ms, sweep.first()) {
+            out.push(format!(
+                "The SLO ({:.0} ms) against this machine's speed: one decide of the heaviest prompt ({} tokens kept) took {unloaded:.0} ms with nothing queued.",
+                first.settings.slo_ms,
+                self.prompts.iter().map(|p| p.tokens).max().unwrap_or(0)
+            ));
         }
         for rate in self.chunk_rates() {
             let at = |chunk: Option<usize>, policy: Policy| {
@@ -967,12 +1085,12 @@ impl ServeStudy {
                 .min_by(|a, b| a.1.total_cmp(&b.1));
             if let Some((run, short)) = best {
                 out.push(format!(
-                    "At {rate} requests/s, chunks of {} with shortest first: short requests' p95 {} ms against {} ms with one whole prefill (FCFS); long requests' p95 {} ms against {} ms.",
+                    "At {rate} requests/s, chunks of {} with shortest first: short requests' p95 {} against {} with one whole prefill (FCFS); long requests' p95 {} against {}.",
                     run.settings.chunk_label(),
-                    short.round(),
-                    ms_or_beyond(whole.summary.short.p95),
-                    ms_or_beyond(run.summary.long.p95),
-                    ms_or_beyond(whole.summary.long.p95)
+                    with_unit(Some(short)),
+                    with_unit(whole.summary.short.p95),
+                    with_unit(run.summary.long.p95),
+                    with_unit(whole.summary.long.p95)
                 ));
             }
         }

@@ -10,21 +10,29 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// Served-within-SLO throughput and decisions per second against the
-/// offered rate (the load sweep), with the knee labelled.
+/// Served-within-SLO throughput, decisions and arrivals per second against
+/// the offered (nominal) rate (the load sweep), with the knee and the
+/// goodput peak labelled.
 pub fn load_svg(study: &ServeStudy) -> String {
     let sweep = study.load_sweep();
     let knee = study.knee();
+    let peak = study.goodput_peak().map(|r| r.summary.offered_per_s);
     let point = |r: &&ServeRun, y: f64| {
-        let label = (Some(r.summary.offered_per_s) == knee).then(|| format!("knee ({}% within SLO)", (KNEE_SHARE * 100.0) as u32));
+        let rate = Some(r.summary.offered_per_s);
+        let label = match (rate == knee, rate == peak) {
+            (true, true) => Some(format!("knee ({}% within SLO), most served", (KNEE_SHARE * 100.0) as u32)),
+            (true, false) => Some(format!("knee ({}% within SLO)", (KNEE_SHARE * 100.0) as u32)),
+            (false, true) => Some("most served within SLO".to_string()),
+            (false, false) => None,
+        };
         (r.summary.offered_per_s, y, label)
     };
     let slo = sweep.first().map_or(0.0, |r| r.settings.slo_ms);
     let series = vec![
         PlotSeries {
-            label: "offered".into(),
+            label: "arrived /s".into(),
             class: "baseline".into(),
-            points: sweep.iter().map(|r| (r.summary.offered_per_s, r.summary.offered_per_s, None)).collect(),
+            points: sweep.iter().map(|r| (r.summary.offered_per_s, r.arrived_per_s(), None)).collect(),
             line: true,
         },
         PlotSeries {
