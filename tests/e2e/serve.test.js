@@ -124,9 +124,15 @@ test('the serving card shows the native study, runs a load here with a live queu
   // step, within a grace sized from its own warm-up decide of the heaviest
   // prompt (a whole 1,024-token prefill outlasts the bench's 3 s on a slow
   // machine), so the runs so far are kept and the worker is not restarted.
+  // A trace of one long task only, so Cancel lands inside a whole
+  // 1,024-token decide, not between short ones.
+  const long = 'new64::featurebench::Lightning-AI__pytorch-lightning.126fa6f1.test_data.c8b292af.lv1';
+  const longTrace = [0, 500, 1000, 1500].map((at) => JSON.stringify({ at_ms: at, task: long })).join('\n');
+  await page.getByTestId('serve-trace').setInputFiles({ name: 'long-trace.jsonl', mimeType: 'application/json', buffer: Buffer.from(`${longTrace}\n`) });
   await page.getByTestId('serve-chunks').fill('whole');
   await page.getByTestId('serve-policy').selectOption('fcfs');
-  await page.getByTestId('serve-duration').fill('30');
+  await page.getByTestId('serve-timeout').fill('30000');
+  assert.equal(await page.getByTestId('serve-problem').count(), 0);
   await page.getByTestId('serve-run').click();
   await page.waitForFunction(() => /^run 1 of 1 · [1-9]/.test(document.querySelector('[data-testid=serve-stage]')?.textContent ?? ''), null, { timeout: 120_000 });
   const asked = Date.now();
