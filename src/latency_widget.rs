@@ -135,7 +135,7 @@ impl Widget {
     }
 
     fn load(self) {
-        if self.send(&ToWorker::LoadBundled { on_request: None }) {
+        if self.send(&ToWorker::LoadBundled { on_request: None, precision: None }) {
             self.phase.set(Phase::Loading { stage: "starting".into(), done: 0, total: None });
         }
     }

@@ -113,6 +113,7 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(
             <table class="breakdown" data-testid="bench-breakdown">
                 <thead><tr>
                     <th scope="col">"prompt tokens"</th><th scope="col">"tokenise"</th><th scope="col">"prefill"</th>
+                    <th scope="col">"of it: projections"</th><th scope="col">"attention"</th><th scope="col">"rest"</th>
                     <th scope="col">"scores"</th><th scope="col">"cost + rank"</th><th scope="col">"whole call"</th><th scope="col">"prefill share"</th>
                 </tr></thead>
                 <tbody>
@@ -121,6 +122,9 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(
                             <td class="num">{tokens}</td>
                             <td class="num">{format_ms(b.tokenize_ms)}</td>
                             <td class="num">{format_ms(b.prefill_ms)}</td>
+                            <td class="num">{share(b.projections_ms, b.prefill_ms)}</td>
+                            <td class="num">{share(b.attention_ms, b.prefill_ms)}</td>
+                            <td class="num">{share((b.prefill_ms - b.projections_ms - b.attention_ms).max(0.0), b.prefill_ms)}</td>
                             <td class="num">{format_ms(b.scores_ms)}</td>
                             <td class="num">{format_ms(b.cost_rank_ms)}</td>
                             <td class="num">{format_ms(b.total_ms)}</td>
@@ -143,6 +147,15 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(
             </dl>
         </details>
     }
+}
+
+/// A prefill part in ms and as a share of the prefill; "–" where a report
+/// predates the parts (both zero).
+fn share(part_ms: f64, prefill_ms: f64) -> String {
+    if part_ms <= 0.0 || prefill_ms <= 0.0 {
+        return "–".into();
+    }
+    format!("{} ({:.0} %)", format_ms(part_ms), 100.0 * part_ms / prefill_ms)
 }
 
 fn flag(v: Option<bool>) -> &'static str {

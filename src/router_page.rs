@@ -280,10 +280,18 @@ impl Ctx {
     /// Loads without touching the alert: after a restart, the reason the
     /// worker was replaced stays on screen while the model comes back.
     fn load_again(self, request: LoadRequest) {
+        // A bad `precision=` in the link is named, kept, and loads nothing.
+        let precision = match self.form.with_untracked(RouterForm::precision) {
+            Ok(precision) => precision,
+            Err(problem) => {
+                self.alert.set(Some(format!("{}: {}", problem.field, problem.message)));
+                return;
+            }
+        };
         let (message, file) = match &request {
-            LoadRequest::Bundled => (ToWorker::LoadBundled { on_request: None }, None),
-            LoadRequest::OnRequest(file) => (ToWorker::LoadBundled { on_request: Some(file.clone()) }, None),
-            LoadRequest::File(file) => (ToWorker::LoadFile { name: file.name() }, Some(file.clone())),
+            LoadRequest::Bundled => (ToWorker::LoadBundled { on_request: None, precision }, None),
+            LoadRequest::OnRequest(file) => (ToWorker::LoadBundled { on_request: Some(file.clone()), precision }, None),
+            LoadRequest::File(file) => (ToWorker::LoadFile { name: file.name(), precision }, Some(file.clone())),
         };
         self.last_load.set_value(Some(request));
         self.decision.set(None);
@@ -919,6 +927,17 @@ fn ModelCard(ctx: Ctx) -> impl IntoView {
                         on:change=move |ev| if let Some(file) = file_from_input(&ev) { ctx.load(LoadRequest::File(file)) }/>
                 </label>
             </div>
+            <label>"Weights compute in: "
+                <select data-testid="precision-select" disabled=busy on:change=move |ev| ctx.form.update(|f| f.precision = event_target_value(&ev))>
+                    {[("", "default (f32)"), ("f32", "f32: weights dequantized at load"), ("int8", "int8: 8-bit activations × stored blocks, integer dot")]
+                        .into_iter()
+                        .map(|(value, label)| view! {
+                            <option value=value selected=move || ctx.form.with(|f| f.precision == value)>{label}</option>
+                        })
+                        .collect_view()}
+                </select>
+                " (applies at the next load)"
+            </label>
             <p>"Status: " <strong data-testid="model-status">{move || ctx.status.get().text()}</strong></p>
             <p class="hint" data-testid="worker-build">{WorkerBuild::detect().sentence()}</p>
             {progress}
@@ -981,7 +1000,18 @@ fn ModelFacts(model: ModelInfo) -> impl IntoView {
         ("verify (SHA-256)", format_ms(model.verify_ms)),
         ("weight load", format_ms(model.load.weights_ms)),
         ("tokenizer init", format_ms(model.load.tokenizer_ms)),
-        ("descriptors (once per pool load)", format_ms(model.load.descriptors_ms)),
+        (
+            "descriptors (once per pool load)",
+            if model.load.descriptors_cached {
+                format!(
+                    "{} (read from this browser's cache; encoding them took {} on the load that kept them)",
+                    format_ms(model.load.descriptors_ms),
+                    format_ms(model.load.descriptors_encoded_ms)
+                )
+            } else {
+                format_ms(model.load.descriptors_ms)
+            },
+        ),
         ("wasm memory (high-water)", kv::units::binary(model.wasm_memory_bytes as u128)),
     ];
     view! {

@@ -3,7 +3,7 @@
 // reports come from the same protocol and can be compared file to file.
 //
 //   node tests/e2e/bench-browser.mjs [--lengths 15,256,1024] [--warmup 5] [--iterations 25]
-//        [--out reports/router-latency.browser.json] [--compare reports/router-latency.cpu.json]
+//        [--out reports/router-latency.browser.json] [--compare reports/router-latency.cpu.json] [--precision int8|f32]
 //
 // Needs the built site (pkg/, from scripts/build-site.sh).
 import { join } from 'node:path';
@@ -18,6 +18,8 @@ const { values: args } = parseArgs({
     iterations: { type: 'string', default: '25' },
     out: { type: 'string', default: 'reports/router-latency.browser.json' },
     compare: { type: 'string' },
+    // int8 or f32 (the page's `precision=`); absent, the router's default.
+    precision: { type: 'string' },
   },
 });
 

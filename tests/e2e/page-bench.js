@@ -3,8 +3,9 @@
 // bench-browser.mjs and the peer bench, so both measure the product itself.
 
 /** Runs the page's bench at `base` (the site root) and saves its export to `out`; returns the report. */
-export async function runPageBench(page, base, { lengths, warmup, iterations, out, log = () => {} }) {
-  await page.goto(`${base}router/#router&lengths=${lengths}&warmup=${warmup}&iters=${iterations}`);
+export async function runPageBench(page, base, { lengths, warmup, iterations, precision, out, log = () => {} }) {
+  const chosen = precision ? `&precision=${precision}` : '';
+  await page.goto(`${base}router/#router&lengths=${lengths}&warmup=${warmup}&iters=${iterations}${chosen}`);
   await page.waitForFunction(() => document.querySelector('[data-testid=model-load]') && !document.querySelector('[data-testid=model-load]').disabled, null, { timeout: 120_000 });
   await page.getByTestId('model-load').click();
   await page.waitForFunction(() => ['ready', 'failed'].includes(document.querySelector('[data-testid=model-status]')?.textContent), null, { timeout: 600_000 });

@@ -25,7 +25,8 @@ pub struct RouterFlags {
     /// Routing mode (default: the pool's default).
     #[arg(long)]
     pub mode: Option<String>,
-    /// `f32`: weights dequantized once at load (default); `quantized`: candle's quantized matmul.
+    /// `f32`: weights dequantized once at load (default); `int8`: the stored blocks times activations
+    /// quantized to 8 bits, integer dot products; `quantized`: candle's quantized matmul.
     #[arg(long, default_value = "f32")]
     pub precision: String,
 }
@@ -137,12 +138,11 @@ pub fn git_revision() -> String {
     }
 }
 
-/// `f32` or `quantized`, as the flag spells it.
-fn precision(flag: &str) -> Result<Precision> {
-    match flag {
-        "f32" => Ok(Precision::DequantizedF32),
-        "quantized" => Ok(Precision::Quantized),
-        other => bail!("--precision {other}: use f32 or quantized"),
+/// `int8`, `f32` or `quantized`, as the flag spells it.
+pub fn precision(flag: &str) -> Result<Precision> {
+    match Precision::from_flag(flag) {
+        Some(precision) => Ok(precision),
+        None => bail!("--precision {flag}: use int8, f32 or quantized"),
     }
 }
 

@@ -184,6 +184,11 @@ fn run(args: Args) -> Result<()> {
     };
     bench_cli::write_report(&args.out, &report)?;
     println!("{}\n\n{}\n{}\n", report.table(), report.conditions(), report.boundaries());
+    println!("Where a warm decide's prefill goes (median per part):");
+    for result in &report.results {
+        println!("{}", bench::figures::Breakdown::of(result).prefill_parts_line(result.prompt_tokens));
+    }
+    println!();
     if let Some(prefix) = &report.prefix {
         println!(
             "Prefix reuse (note 04), cache budget {} tokens / {} MiB:\n\n{}",

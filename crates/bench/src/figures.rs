@@ -13,6 +13,10 @@ pub struct Breakdown {
     /// Mode resolution, assembly, tokenisation and truncation.
     pub tokenize_ms: f64,
     pub prefill_ms: f64,
+    /// Inside the prefill: its projections and its attention (0 in
+    /// reports written before they were timed apart).
+    pub projections_ms: f64,
+    pub attention_ms: f64,
     /// Descriptor stacking and scoring.
     pub scores_ms: f64,
     pub cost_rank_ms: f64,
@@ -33,10 +37,28 @@ impl Breakdown {
         Breakdown {
             tokenize_ms: median(&|t| t.mode_ms + t.assemble_ms + t.tokenize_ms + t.truncate_ms),
             prefill_ms: median(&|t| t.prefill_ms),
+            projections_ms: median(&|t| t.projections_ms),
+            attention_ms: median(&|t| t.attention_ms),
             scores_ms: median(&|t| t.stack_ms + t.score_ms),
             cost_rank_ms: median(&|t| t.cost_ms + t.rank_ms),
             total_ms: median(&|t| t.total_ms),
         }
+    }
+}
+
+impl Breakdown {
+    /// One line of a prefill's parts for a terminal: ms and share of the
+    /// prefill for projections, attention and the rest.
+    pub fn prefill_parts_line(&self, tokens: usize) -> String {
+        let share = |ms: f64| format!("{ms:.1} ms ({:.0} %)", 100.0 * ms / self.prefill_ms.max(1e-9));
+        let rest = (self.prefill_ms - self.projections_ms - self.attention_ms).max(0.0);
+        format!(
+            "{tokens:>5} tokens: prefill {:.1} ms = projections {} + attention {} + rest {}",
+            self.prefill_ms,
+            share(self.projections_ms),
+            share(self.attention_ms),
+            share(rest)
+        )
     }
 }
 

@@ -22,6 +22,9 @@ pub struct RouterForm {
     pub iterations: String,
     pub warmup: String,
     pub lengths: String,
+    /// How the weights compute: `int8` or `f32` (`Precision::flag`);
+    /// empty, the router's default.
+    pub precision: String,
     /// A shared result (`r1.…`), shown read-only instead of the live bench.
     pub result: Option<String>,
 }
@@ -36,6 +39,7 @@ impl Default for RouterForm {
             iterations: "25".into(),
             warmup: "5".into(),
             lengths: "15,256,1024".into(),
+            precision: String::new(),
             result: None,
         }
     }
@@ -91,6 +95,7 @@ impl RouterForm {
                 "iters" => form.iterations = value,
                 "warmup" => form.warmup = value,
                 "lengths" => form.lengths = value,
+                "precision" => form.precision = value,
                 "result" => form.result = Some(value),
                 other => unknown.push(format!("unknown parameter `{}` in the link (ignored)", percent_decode(other))),
             }
@@ -120,6 +125,7 @@ impl RouterForm {
             ("iters", &self.iterations, &default.iterations),
             ("warmup", &self.warmup, &default.warmup),
             ("lengths", &self.lengths, &default.lengths),
+            ("precision", &self.precision, &default.precision),
         ] {
             if value != default {
                 out.push('&');
@@ -129,6 +135,18 @@ impl RouterForm {
             }
         }
         out
+    }
+
+    /// The precision the link asks for: `Ok(None)` for the router's
+    /// default, an error naming the field for anything but `int8` or `f32`.
+    pub fn precision(&self) -> Result<Option<router::Precision>, FieldProblem> {
+        match self.precision.trim() {
+            "" => Ok(None),
+            text => match router::Precision::from_flag(text) {
+                Some(p @ (router::Precision::IntegerQ8 | router::Precision::DequantizedF32)) => Ok(Some(p)),
+                _ => Err(FieldProblem { field: "precision", message: format!("`{text}` is not a precision: use int8 or f32") }),
+            },
+        }
     }
 
     /// The bench protocol these inputs ask for, or one problem per bad field.
@@ -201,6 +219,20 @@ mod tests {
         assert_eq!(RouterForm::from_fragment(&form.to_fragment()).0, form);
     }
 
+    #[test]
+    fn precision_is_int8_f32_or_the_default_and_names_its_field() {
+        let (form, _) = RouterForm::from_fragment("#router&precision=f32");
+        assert_eq!(form.precision(), Ok(Some(router::Precision::DequantizedF32)));
+        assert_eq!(form.to_fragment(), "router&precision=f32");
+        assert_eq!(RouterForm::from_fragment("#router&precision=int8").0.precision(), Ok(Some(router::Precision::IntegerQ8)));
+        assert_eq!(RouterForm::default().precision(), Ok(None));
+        // candle's quantized matmul is a CLI choice only: far too slow for a page.
+        for bad in ["f16", "quantized"] {
+            let problem = RouterForm { precision: bad.into(), ..RouterForm::default() }.precision().unwrap_err();
+            assert_eq!((problem.field, problem.message), ("precision", format!("`{bad}` is not a precision: use int8 or f32")));
+        }
+    }
+
     /// Any text in any field survives the round trip (a deterministic
     /// pseudo-random sweep over awkward characters).
     #[test]
@@ -222,6 +254,7 @@ mod tests {
                 iterations: text(),
                 warmup: text(),
                 lengths: text(),
+                precision: text(),
                 result: None,
             };
             assert_eq!(RouterForm::from_fragment(&form.to_fragment()).0, form);

@@ -52,7 +52,7 @@ pub fn sample_report() -> Report {
         },
         provenance: Provenance { checkpoint_id: "gguf-b179c952".into(), pool_id: "b3e272f2".into(), ..Provenance::default() },
         protocol: ProtocolRecord { lengths: vec![15, 256, 1024], warmup: 5, iterations: 25, prompts_source: "test".into() },
-        load: LoadTimings { weights_ms: 426.0, tokenizer_ms: 279.0, descriptors_ms: 2281.0, descriptor_flops: 0.0 },
+        load: LoadTimings { weights_ms: 426.0, tokenizer_ms: 279.0, descriptors_ms: 2281.0, ..LoadTimings::default() },
         results,
         prefix: None,
         truncation: None,

@@ -133,6 +133,19 @@ pub async fn store(cache: &Cache, url: &str, chunks: &Array) -> Result<(), Strin
         .map_err(|e| format!("could not keep the checkpoint in the browser ({})", describe(&e)))
 }
 
+/// The bytes cached under `url`, if any (a small entry: read whole).
+pub async fn cached_bytes(cache: &Cache, url: &str) -> Option<Vec<u8>> {
+    let response = cached(cache, url).await?;
+    let buffer = JsFuture::from(response.array_buffer().ok()?).await.ok()?;
+    Some(js_sys::Uint8Array::new(&buffer).to_vec())
+}
+
+/// Stores `bytes` under `url`.
+pub async fn store_bytes(cache: &Cache, url: &str, bytes: &[u8]) -> Result<(), String> {
+    let chunks = Array::of1(&js_sys::Uint8Array::from(bytes));
+    store(cache, url, &chunks).await
+}
+
 /// Deletes the whole bucket.
 pub async fn clear_cache() -> Result<bool, String> {
     let storage = scope().caches().map_err(|e| format!("the Cache API is unavailable here ({})", describe(&e)))?;
@@ -143,6 +156,13 @@ pub async fn clear_cache() -> Result<bool, String> {
 /// Hex SHA-256 through SubtleCrypto (native speed; the wasm alternative
 /// takes several times longer on 98 MB).
 pub async fn sha256_hex(bytes: &[u8]) -> Result<String, String> {
+    sha256_finish(sha256_start(bytes)?).await
+}
+
+/// Starts a SHA-256 of `bytes` on WebCrypto, which works on its own copy
+/// off this thread: the caller may go on (load weights) and await
+/// [`sha256_finish`] later.
+pub fn sha256_start(bytes: &[u8]) -> Result<JsFuture, String> {
     let subtle = scope().crypto().map_err(|e| format!("no WebCrypto ({})", describe(&e)))?.subtle();
     // In the threads build the wasm memory is a SharedArrayBuffer, which
     // WebCrypto refuses to read; there the bytes are copied to an unshared
@@ -155,7 +175,12 @@ pub async fn sha256_hex(bytes: &[u8]) -> Result<String, String> {
         subtle.digest_with_str_and_u8_array("SHA-256", bytes)
     }
     .map_err(|e| format!("SHA-256: {}", describe(&e)))?;
-    let digest = JsFuture::from(promise).await.map_err(|e| format!("SHA-256: {}", describe(&e)))?;
+    Ok(JsFuture::from(promise))
+}
+
+/// The hex digest a [`sha256_start`] computed.
+pub async fn sha256_finish(digest: JsFuture) -> Result<String, String> {
+    let digest = digest.await.map_err(|e| format!("SHA-256: {}", describe(&e)))?;
     Ok(Uint8Array::new(&digest).to_vec().iter().map(|b| format!("{b:02x}")).collect())
 }
 

@@ -26,7 +26,7 @@ use bench::serve::{self, ServeSettings};
 use bench::tasks::Task;
 use bench::{Protocol, Session};
 use js_sys::Reflect;
-use router::{CacheBudget, Conversation, PrefixCache, Router, RouterAssets, RouterConfig};
+use router::{CacheBudget, Conversation, Precision, PrefixCache, Router, RouterAssets, RouterConfig};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wire::{Activity, BuildInfo, FromWorker, Manifest, ManifestModel, ModeInfo, ModelInfo, Source, StorageInfo, ToWorker};
@@ -40,6 +40,13 @@ const POOL_NAME: &str = "configs/pool.coderouterbench.yaml";
 const TASKS_JSONL: &str = include_str!("../../../data/coderouterbench/ood176_sample.jsonl");
 const TASKS_NAME: &str = "data/coderouterbench/ood176_sample.jsonl";
 const MANIFEST_URL: &str = "models/manifest.json";
+
+/// A router built but not yet the loaded one, and where to keep its
+/// descriptor vectors once it is (`None`: they came from there).
+struct Prepared {
+    router: Router,
+    keep: Option<(web_sys::Cache, String)>,
+}
 
 /// A loaded router and what it was loaded from.
 struct Loaded {
@@ -145,9 +152,9 @@ impl RouterWorker {
             self.busy.set(Some(activity));
         }
         let outcome = match message {
-            ToWorker::LoadBundled { on_request } => self.load_bundled(on_request.as_deref()).await,
-            ToWorker::LoadFile { name } => match file {
-                Some(file) => self.load_file(file, &name).await,
+            ToWorker::LoadBundled { on_request, precision } => self.load_bundled(on_request.as_deref(), precision).await,
+            ToWorker::LoadFile { name, precision } => match file {
+                Some(file) => self.load_file(file, &name, precision).await,
                 None => Err(format!("{name}: no file came with the message")),
             },
             ToWorker::Decide { conversation, mode } => self.decide(&conversation, mode.as_deref()),
@@ -158,7 +165,7 @@ impl RouterWorker {
             ToWorker::PrefixProtocol { long_tokens, iterations } => self.prefix_protocol(long_tokens, iterations).await,
             ToWorker::RouteTasks { tasks, head_json } => self.route_tasks(tasks, head_json).await,
             ToWorker::Serve { runs, tasks, trace, mode } => self.serve(runs, tasks, trace, mode).await,
-            ToWorker::GemmProbe { m, k, n, repeats } => match router::model::gemm_probe(m, k, n, repeats) {
+            ToWorker::GemmProbe { m, k, n, repeats } => match router::model::gemm_probe(m, k, n, repeats, self.precision()) {
                 Ok(probe) => {
                     post(&FromWorker::GemmProbed { probe });
                     Ok(())
@@ -186,7 +193,13 @@ impl RouterWorker {
         }
     }
 
-    async fn load_bundled(&self, on_request: Option<&str>) -> Result<(), String> {
+    /// The loaded router's precision, else the default one: what the
+    /// GEMM probe times.
+    fn precision(&self) -> Precision {
+        self.loaded.borrow().as_ref().map_or(RouterConfig::default().precision, |l| l.router.config.precision)
+    }
+
+    async fn load_bundled(&self, on_request: Option<&str>, precision: Option<Precision>) -> Result<(), String> {
         progress("reading the model manifest", 0, None);
         let manifest = manifest().await?;
         let model = match on_request {
@@ -224,43 +237,58 @@ impl RouterWorker {
         let (bytes, chunks) = io::read_stream(body, &model.file, total, &mut |done| progress(stage, done, Some(total))).await?;
         let read_ms = now_ms() - started;
 
-        progress("checking SHA-256 against the manifest", 0, None);
+        // Only a download has anything to store: a cached read lets its
+        // chunks go before the weights are built.
+        let chunks = (source == Source::Downloaded).then_some(chunks);
+        // Verification overlaps the weight load: WebCrypto digests a copy of
+        // the bytes off this thread while the router is built under the
+        // manifest's digest. The router is shown, and anything kept, only
+        // once the bytes' own digest agrees; `verify_ms` is the wait left
+        // after the build.
+        progress("preparing the weights while SHA-256 is checked against the manifest", 0, None);
+        self.loaded.borrow_mut().take();
+        let digest = io::sha256_start(&bytes)?;
+        let prepared = if bytes.len() as u64 == model.bytes {
+            Some(self.prepare_router(&bytes, &model.file, &model.sha256, precision).await)
+        } else {
+            None
+        };
         let started = now_ms();
-        let sha256 = io::sha256_hex(&bytes).await?;
+        let sha256 = io::sha256_finish(digest).await?;
         let verify_ms = now_ms() - started;
-        if sha256 != model.sha256 || bytes.len() as u64 != model.bytes {
-            if let Ok(cache) = &cache {
-                // A damaged cached copy must not be read again on the next visit.
-                let _ = wasm_bindgen_futures::JsFuture::from(cache.delete_with_str(&url)).await;
-            }
-            return Err(format!(
-                "{}: SHA-256 {sha256} ({} bytes) does not match the manifest's {} ({} bytes); the file was not loaded{}",
-                model.file,
-                bytes.len(),
-                model.sha256,
-                model.bytes,
-                if source == Source::Cached { " and the cached copy was deleted" } else { "" }
-            ));
-        }
-        if source == Source::Downloaded {
-            if let Ok(cache) = &cache {
-                // A full quota costs the next visit a download, not this
-                // load: the model still loads, and the page is told why
-                // nothing was kept.
-                if let Err(e) = io::store(cache, &url, &chunks).await {
-                    post(&FromWorker::Failed {
-                        during: Activity::Storage,
-                        message: format!(
-                            "{} was loaded but not kept in this browser's cache ({e}): the next visit downloads it again",
-                            model.file
-                        ),
-                    });
+        let prepared = match prepared {
+            Some(prepared) if sha256 == model.sha256 => prepared?,
+            _ => {
+                if let Ok(cache) = &cache {
+                    // A damaged cached copy must not be read again on the next visit.
+                    let _ = wasm_bindgen_futures::JsFuture::from(cache.delete_with_str(&url)).await;
                 }
+                return Err(format!(
+                    "{}: SHA-256 {sha256} ({} bytes) does not match the manifest's {} ({} bytes); the file was not loaded{}",
+                    model.file,
+                    bytes.len(),
+                    model.sha256,
+                    model.bytes,
+                    if source == Source::Cached { " and the cached copy was deleted" } else { "" }
+                ));
+            }
+        };
+        if let (Some(chunks), Ok(cache)) = (&chunks, &cache) {
+            // A full quota costs the next visit a download, not this load:
+            // the model still loads, and the page is told why nothing was kept.
+            if let Err(e) = io::store(cache, &url, chunks).await {
+                post(&FromWorker::Failed {
+                    during: Activity::Storage,
+                    message: format!(
+                        "{} was loaded but not kept in this browser's cache ({e}): the next visit downloads it again",
+                        model.file
+                    ),
+                });
             }
         }
         drop(chunks);
         let info = ModelInfoParts { source, read_ms, verify_ms, sha256, sha256_checked: true };
-        self.load_router(Rc::new(bytes), &model.file, info)?;
+        self.install(prepared, Rc::new(bytes), &model.file, info).await;
         // The storage figures follow on their own: awaited here, they would
         // keep the worker busy after `Loaded`, and a page that starts a
         // bench the moment it hears `Loaded` (the latency widget) would be
@@ -269,7 +297,7 @@ impl RouterWorker {
         Ok(())
     }
 
-    async fn load_file(&self, file: web_sys::File, name: &str) -> Result<(), String> {
+    async fn load_file(&self, file: web_sys::File, name: &str, precision: Option<Precision>) -> Result<(), String> {
         let total = file.size() as u64;
         let started = now_ms();
         let (bytes, _) = io::read_stream(file.stream(), name, total, &mut |done| progress("reading the file", done, Some(total))).await?;
@@ -279,14 +307,41 @@ impl RouterWorker {
         let sha256 = io::sha256_hex(&bytes).await?;
         let verify_ms = now_ms() - started;
         let info = ModelInfoParts { source: Source::UserFile, read_ms, verify_ms, sha256, sha256_checked: false };
-        self.load_router(Rc::new(bytes), name, info)
+        self.loaded.borrow_mut().take();
+        let prepared = self.prepare_router(&bytes, name, &info.sha256, precision).await?;
+        self.install(prepared, Rc::new(bytes), name, info).await;
+        Ok(())
     }
 
-    /// Builds the router from bytes, replacing any loaded one.
-    fn load_router(&self, bytes: Rc<Vec<u8>>, file_name: &str, parts: ModelInfoParts) -> Result<(), String> {
-        // Free the old router first: two routers at once may not fit.
-        self.loaded.borrow_mut().take();
-        let router = build_router(&bytes, file_name, &parts.sha256)?;
+    /// Builds a router from bytes whose digest is `sha256` (the old one must
+    /// be dropped first: two routers at once may not fit). The candidates'
+    /// descriptor vectors come from the browser's cache when an earlier load
+    /// of the same file at the same precision kept them there (the router
+    /// checks the settings they were encoded under), so a second visit skips
+    /// encoding them.
+    async fn prepare_router(&self, bytes: &[u8], file_name: &str, sha256: &str, precision: Option<Precision>) -> Result<Prepared, String> {
+        let precision = precision.unwrap_or(RouterConfig::default().precision);
+        let cache = io::open_cache().await.ok();
+        // The revision too: vectors another build's kernels encoded are not
+        // this build's, though every setting the router checks matches.
+        let url = io::site_url(&format!("descriptor-cache/{sha256}.{}.{}.bin", precision.flag(), env!("WORKER_GIT_REVISION")));
+        let cached = match &cache {
+            Some(cache) => io::cached_bytes(cache, &url).await,
+            None => None,
+        };
+        let router = build_router(bytes, file_name, sha256, precision, cached.as_deref())?;
+        let keep = if router.load_timings.descriptors_cached { None } else { cache.map(|cache| (cache, url)) };
+        Ok(Prepared { router, keep })
+    }
+
+    /// Makes a prepared (and, for a site's checkpoint, verified) router the
+    /// loaded one, tells the page, and keeps newly encoded descriptor vectors.
+    async fn install(&self, prepared: Prepared, bytes: Rc<Vec<u8>>, file_name: &str, parts: ModelInfoParts) {
+        let Prepared { router, keep } = prepared;
+        if let Some((cache, url)) = keep {
+            // Not keeping them only costs the next load the encoding.
+            let _ = io::store_bytes(&cache, &url, &router.descriptor_cache()).await;
+        }
         let info = model_info(&router, file_name, bytes.len() as u64, parts);
         post(&FromWorker::Loaded { model: Box::new(info.clone()) });
         *self.loaded.borrow_mut() = Some(Loaded {
@@ -297,7 +352,6 @@ impl RouterWorker {
             calls: 0,
             prefix_cache: PrefixCache::new(CacheBudget::default()),
         });
-        Ok(())
     }
 
     fn decide(&self, conversation: &Conversation, mode: Option<&str>) -> Result<(), String> {
@@ -539,7 +593,9 @@ impl RouterWorker {
         let reloaded = loaded.calls > 0;
         if reloaded {
             loaded.calls = 0;
-            let router = build_router(&loaded.bytes, &loaded.file_name, &loaded.info.sha256)?;
+            // Descriptors encoded again, as bench-decide's load does, so the
+            // first call follows the same work in both.
+            let router = build_router(&loaded.bytes, &loaded.file_name, &loaded.info.sha256, loaded.router.config.precision, None)?;
             loaded.info.load = router.load_timings;
             loaded.router = router;
             loaded.prefix_cache.clear();
@@ -612,7 +668,7 @@ fn progress(stage: &str, done: u64, total: Option<u64>) {
 
 /// `sha256` is WebCrypto's digest of `bytes`, already computed: the router's
 /// own (portable) SHA-256 would take seconds in wasm.
-fn build_router(bytes: &[u8], file_name: &str, sha256: &str) -> Result<Router, String> {
+fn build_router(bytes: &[u8], file_name: &str, sha256: &str, precision: Precision, descriptors: Option<&[u8]>) -> Result<Router, String> {
     let assets = RouterAssets {
         gguf: bytes,
         gguf_name: file_name,
@@ -630,7 +686,8 @@ fn build_router(bytes: &[u8], file_name: &str, sha256: &str) -> Result<Router, S
         };
         progress(&label, done as u64, Some(total as u64));
     };
-    Router::load_with_progress(&assets, RouterConfig::default(), &mut on_stage).map_err(|e| e.to_string())
+    Router::load_with_cache(&assets, RouterConfig { precision, ..RouterConfig::default() }, &mut on_stage, descriptors)
+        .map_err(|e| e.to_string())
 }
 
 fn model_info(router: &Router, file_name: &str, bytes: u64, parts: ModelInfoParts) -> ModelInfo {

@@ -16,6 +16,14 @@ pub struct LoadTimings {
     /// `descriptors_ms`, a free probe of this device's prefill speed.
     #[serde(default)]
     pub descriptor_flops: f64,
+    /// The vectors came from a former load's cache (see
+    /// `Router::descriptor_cache`): `descriptors_ms` is reading them, and
+    /// `descriptor_flops` / `descriptors_encoded_ms` the encoding they saved.
+    #[serde(default)]
+    pub descriptors_cached: bool,
+    /// How long encoding the descriptors took (on the load that did it).
+    #[serde(default)]
+    pub descriptors_encoded_ms: f64,
 }
 
 /// Floating-point operations of one prefill of `T` tokens, as
@@ -36,9 +44,11 @@ impl FlopModel {
 }
 
 impl LoadTimings {
-    /// The prefill speed the descriptor encoding showed, in GFLOP/s.
+    /// The prefill speed the descriptor encoding showed, in GFLOP/s (for
+    /// cached vectors, on the load that encoded them).
     pub fn probe_gflops(&self) -> Option<f64> {
-        (self.descriptors_ms > 0.0 && self.descriptor_flops > 0.0).then(|| self.descriptor_flops / self.descriptors_ms / 1e6)
+        let ms = if self.descriptors_encoded_ms > 0.0 { self.descriptors_encoded_ms } else { self.descriptors_ms };
+        (ms > 0.0 && self.descriptor_flops > 0.0).then(|| self.descriptor_flops / ms / 1e6)
     }
 }
 
@@ -61,6 +71,15 @@ pub struct StageTimings {
     /// Prefix cache: adding the new tokens' state and evicting to budget.
     #[serde(default)]
     pub insert_ms: f64,
+    /// Inside `prefill_ms`: the projections (q, k, v, o, gate, up, down),
+    /// activations' quantization included on the integer path.
+    #[serde(default)]
+    pub projections_ms: f64,
+    /// Inside `prefill_ms`: attention (scores, softmax, weighted values).
+    /// The rest of the prefill is embedding lookup, norms, RoPE, the K/V
+    /// copy, the activation and residual adds.
+    #[serde(default)]
+    pub attention_ms: f64,
     /// The whole call, end to end.
     pub total_ms: f64,
 }
@@ -170,8 +189,47 @@ pub struct Scores {
     pub prefix: Option<PrefixReuse>,
 }
 
+/// How weights are computed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// candle's quantized matmul on the stored blocks (activations in f32).
+    Quantized,
+    /// Weights dequantized to f32 once at load; f32 GEMM.
+    DequantizedF32,
+    /// The stored blocks repacked once at load, activations quantized to 8
+    /// bits per 32 values, integer dot products (`crate::integer`).
+    /// Formats the integer kernels do not take (Q8_0) run in f32.
+    IntegerQ8,
+}
+
+impl Precision {
+    /// Its name in files and namespaces, as serde writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Quantized => "quantized",
+            Precision::DequantizedF32 => "dequantized_f32",
+            Precision::IntegerQ8 => "integer_q8",
+        }
+    }
+
+    /// Its short name in command-line flags and the page's link (`precision=`).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Precision::Quantized => "quantized",
+            Precision::DequantizedF32 => "f32",
+            Precision::IntegerQ8 => "int8",
+        }
+    }
+
+    /// The precision a flag names; `None` for anything else.
+    pub fn from_flag(flag: &str) -> Option<Precision> {
+        [Precision::IntegerQ8, Precision::DequantizedF32, Precision::Quantized].into_iter().find(|p| p.flag() == flag.trim())
+    }
+}
+
 /// What `model::gemm_probe` measured.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GemmProbe {
     pub m: usize,
     pub k: usize,
@@ -181,6 +239,10 @@ pub struct GemmProbe {
     pub median_ms: f64,
     /// From the best repeat: the attainable rate.
     pub gflops: f64,
+    /// The kernel timed (`f32…` or the integer kernel's name); empty in
+    /// probes written before there was a choice.
+    #[serde(default)]
+    pub kernel: String,
 }
 
 /// Which tokens survive when a routing text is longer than

@@ -39,6 +39,21 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
     (d as f32, m as f32)
 }
 
+/// Half `n` (0 or 1) of a Q6_K super-block: its 128 six-bit values (0..=63,
+/// before the −32 offset), from 64 bytes of low nibbles and 32 of 2-bit
+/// high parts, in ggml's order.
+fn q6k_half(block: &[u8], n: usize) -> [u8; 128] {
+    let (ql, qh) = (&block[64 * n..], &block[128 + 32 * n..]);
+    let mut q = [0u8; 128];
+    for l in 0..32 {
+        q[l] = (ql[l] & 0xF) | ((qh[l] & 3) << 4);
+        q[l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+        q[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+        q[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+    }
+    q
+}
+
 /// Decodes one row: `blocks` holds `out.len()` values of `dtype`.
 /// Returns false for a format this module does not decode.
 pub fn row(dtype: GgmlDType, blocks: &[u8], out: &mut [f32]) -> bool {
@@ -114,23 +129,98 @@ pub fn row(dtype: GgmlDType, blocks: &[u8], out: &mut [f32]) -> bool {
             }
             GgmlDType::Q6K => {
                 // 128 bytes of low nibbles, 64 of 2-bit high parts, 16 i8
-                // scales, then d: two 128-value halves.
+                // scales, then d: two 128-value halves, a scale per 16.
                 let d = half(block, 208);
                 for n in 0..2 {
-                    let ql = &block[64 * n..];
-                    let qh = &block[128 + 32 * n..];
+                    let quants = q6k_half(block, n);
                     let sc = &block[192 + 8 * n..];
-                    let ys = &mut ys[128 * n..][..128];
-                    for l in 0..32 {
-                        let is = l / 16;
-                        let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
-                        let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-                        let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-                        let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
-                        ys[l] = d * sc[is] as i8 as f32 * q1 as f32;
-                        ys[l + 32] = d * sc[is + 2] as i8 as f32 * q2 as f32;
-                        ys[l + 64] = d * sc[is + 4] as i8 as f32 * q3 as f32;
-                        ys[l + 96] = d * sc[is + 6] as i8 as f32 * q4 as f32;
+                    for (p, y) in ys[128 * n..][..128].iter_mut().enumerate() {
+                        *y = d * sc[p / 16] as i8 as f32 * (quants[p] as i8 - 32) as f32;
+                    }
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Values per scale in [`affine_row`]'s form of `dtype`, for the formats
+/// whose values are `d × q + m` with a small unsigned `q` (at most 6 bits):
+/// 32 for the legacy 4- and 5-bit formats and Q4_K/Q5_K, 16 for Q6_K.
+/// `None` for the rest (Q8_0's 8-bit values do not fit the integer
+/// kernel's 7-bit operand, and f32/f16 tensors are not block formats).
+pub fn affine_group(dtype: GgmlDType) -> Option<usize> {
+    match dtype {
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q4K | GgmlDType::Q5K => Some(32),
+        GgmlDType::Q6K => Some(16),
+        _ => None,
+    }
+}
+
+/// Decodes one row into the integer kernel's form: value `i` is
+/// `scales[g] × q[i] + mins[g]` with `g = i / affine_group(dtype)` and
+/// `q[i] ≤ 63`. The same numbers as [`row`], regrouped: the 4- and 5-bit
+/// formats' offsets (−8, −16, −32 in Q6_K) become minimums, so every `q` is
+/// unsigned. Returns false for a format [`affine_group`] does not cover.
+pub fn affine_row(dtype: GgmlDType, blocks: &[u8], q: &mut [u8], scales: &mut [f32], mins: &mut [f32]) -> bool {
+    let (Some((values, size)), Some(group)) = (block_shape(dtype), affine_group(dtype)) else { return false };
+    debug_assert_eq!(blocks.len(), q.len() / values * size);
+    debug_assert_eq!(scales.len(), q.len() / group);
+    let per_block = values / group;
+    for (((block, qs), ds), ms) in blocks
+        .chunks_exact(size)
+        .zip(q.chunks_exact_mut(values))
+        .zip(scales.chunks_exact_mut(per_block))
+        .zip(mins.chunks_exact_mut(per_block))
+    {
+        match dtype {
+            GgmlDType::Q4_0 | GgmlDType::Q4_1 => {
+                let d = half(block, 0);
+                let (m, at) = if dtype == GgmlDType::Q4_1 { (half(block, 2), 4) } else { (-8.0 * d, 2) };
+                for (j, &b) in block[at..at + 16].iter().enumerate() {
+                    qs[j] = b & 0x0f;
+                    qs[j + 16] = b >> 4;
+                }
+                (ds[0], ms[0]) = (d, m);
+            }
+            GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
+                let d = half(block, 0);
+                let (m, at) = if dtype == GgmlDType::Q5_1 { (half(block, 2), 4) } else { (-16.0 * d, 2) };
+                let qh = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
+                for (j, &b) in block[at + 4..at + 20].iter().enumerate() {
+                    qs[j] = (b & 0x0f) | ((((qh >> j) << 4) & 0x10) as u8);
+                    qs[j + 16] = (b >> 4) | (((qh >> (j + 12)) & 0x10) as u8);
+                }
+                (ds[0], ms[0]) = (d, m);
+            }
+            GgmlDType::Q4K | GgmlDType::Q5K => {
+                let (d, min) = (half(block, 0), half(block, 2));
+                let scale_bytes = &block[4..16];
+                let (high_bits, nibbles) =
+                    if dtype == GgmlDType::Q5K { (Some(&block[16..48]), &block[48..176]) } else { (None, &block[16..144]) };
+                for group in 0..4 {
+                    let nib = &nibbles[group * 32..][..32];
+                    for half_index in 0..2 {
+                        let (sc, m) = scale_min_k4(2 * group + half_index, scale_bytes);
+                        let sub = 2 * group + half_index;
+                        (ds[sub], ms[sub]) = (d * sc, -(min * m));
+                        for l in 0..32 {
+                            let low = if half_index == 0 { nib[l] & 0xF } else { nib[l] >> 4 };
+                            let fifth = high_bits.map_or(0, |qh| if qh[l] & ((1 + half_index as u8) << (2 * group)) != 0 { 16 } else { 0 });
+                            qs[sub * 32 + l] = low + fifth;
+                        }
+                    }
+                }
+            }
+            GgmlDType::Q6K => {
+                let d = half(block, 208);
+                for n in 0..2 {
+                    qs[128 * n..][..128].copy_from_slice(&q6k_half(block, n));
+                    // Sixteen values a scale: value = d·sc·(q − 32).
+                    for (g, &s) in block[192 + 8 * n..][..8].iter().enumerate() {
+                        let scale = d * s as i8 as f32;
+                        (ds[8 * n + g], ms[8 * n + g]) = (scale, -32.0 * scale);
                     }
                 }
             }
@@ -204,5 +294,32 @@ mod tests {
             }
         }
         assert!(!row(GgmlDType::F32, &[], &mut []));
+    }
+
+    #[test]
+    fn affine_rows_are_the_same_values_regrouped() {
+        let (rows, cols) = (2, 512);
+        let values: Vec<f32> = (0..rows * cols).map(|i| ((i * 53 % 97) as f32 - 48.0) / 13.0 * (1.0 + (i % 5) as f32)).collect();
+        let tensor = Tensor::from_vec(values, (rows, cols), &Device::Cpu).unwrap();
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1, GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+            let q = QTensor::quantize(&tensor, dtype).unwrap();
+            let data = q.data().unwrap();
+            let (values, size) = block_shape(dtype).unwrap();
+            let group = affine_group(dtype).unwrap();
+            let row_bytes = cols / values * size;
+            for r in 0..rows {
+                let bytes = &data[r * row_bytes..(r + 1) * row_bytes];
+                let mut want = vec![0f32; cols];
+                assert!(row(dtype, bytes, &mut want));
+                let (mut qs, mut ds, mut ms) = (vec![0u8; cols], vec![0f32; cols / group], vec![0f32; cols / group]);
+                assert!(affine_row(dtype, bytes, &mut qs, &mut ds, &mut ms));
+                assert!(qs.iter().all(|&q| q < 64), "{dtype:?}: a value above 6 bits");
+                for (i, w) in want.iter().enumerate() {
+                    let ours = ds[i / group] * qs[i] as f32 + ms[i / group];
+                    assert!((ours - w).abs() <= 1e-5 * (1.0 + w.abs()), "{dtype:?} row {r} value {i}: {ours} against {w}");
+                }
+            }
+        }
+        assert!(affine_group(GgmlDType::Q8_0).is_none());
     }
 }

@@ -26,6 +26,8 @@ pub mod gguf;
 #[cfg(feature = "engine")]
 pub mod head;
 #[cfg(feature = "engine")]
+pub mod integer;
+#[cfg(feature = "engine")]
 pub mod kernels;
 #[cfg(feature = "engine")]
 pub mod model;
@@ -48,15 +50,13 @@ pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role, TurnLayout};
 pub use decision::{
-    rank, top_index, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, Pooling, PrefixReuse, Ranked, Scores, StageTimings,
-    TruncationSide,
+    rank, top_index, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, Pooling, Precision, PrefixReuse, Ranked, Scores,
+    StageTimings, TruncationSide,
 };
 #[cfg(feature = "engine")]
 pub use error::{Result, RouterError};
 #[cfg(feature = "engine")]
 pub use head::{Head, LoadedHead};
-#[cfg(feature = "engine")]
-pub use model::Precision;
 #[cfg(feature = "engine")]
 pub use pool::Pool;
 #[cfg(feature = "engine")]

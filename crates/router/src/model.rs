@@ -13,6 +13,8 @@
 
 use std::sync::Arc;
 
+use web_time::Instant;
+
 use candle_core::quantized::QMatMul;
 use candle_core::{Device, Module, Tensor};
 
@@ -21,35 +23,26 @@ use crate::attention;
 use crate::dequant;
 use crate::error::{Result, RouterError};
 use crate::gguf::{Checkpoint, Hparams};
+use crate::integer::IntPacked;
 use crate::kernels::Packed;
 use crate::parallel;
 use crate::segment::{KvLayout, KvState, Segment, SegmentView};
 
-/// How weights are computed with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Precision {
-    /// candle's quantized matmul on the stored blocks (activations in f32).
-    Quantized,
-    /// Weights dequantized to f32 once at load; f32 GEMM.
-    DequantizedF32,
-}
+pub use crate::decision::Precision;
 
 impl Precision {
-    /// Its name in files and namespaces, as serde writes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Quantized => "quantized",
-            Precision::DequantizedF32 => "dequantized_f32",
-        }
-    }
-
+    /// What computes with the weights, for the precision line of every report:
+    /// the format, the activations' type and the kernel this build runs.
     pub fn label(self, weight_type: &str) -> String {
         match self {
             Precision::Quantized => format!("{weight_type} weights, quantized matmul, f32 activations"),
             Precision::DequantizedF32 => {
                 format!("{weight_type} weights dequantized to f32 at load, f32 compute{}", crate::kernels::KERNEL_NOTE)
             }
+            Precision::IntegerQ8 => format!(
+                "{weight_type} weights repacked at load × activations quantized to 8 bits per 32 values, integer dot ({})",
+                crate::integer::kernel_name()
+            ),
         }
     }
 }
@@ -74,6 +67,8 @@ enum Weights {
     /// f32 repacked for the SIMD128 micro-kernel, in the browser.
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     Packed(Packed),
+    /// The stored blocks as bytes and scales for the integer kernels.
+    Integer(IntPacked),
 }
 
 impl Linear {
@@ -101,8 +96,20 @@ impl Weights {
         // candle reports GGUF shapes in PyTorch order: [out (rows), in (cols)].
         ck.expect_shape(name, &[rows, cols])?;
         let q = ck.tensor(name)?;
+        let integer_group = dequant::affine_group(q.dtype()).filter(|_| cols.is_multiple_of(crate::integer::BLOCK));
+        if let (Precision::IntegerQ8, Some(group)) = (precision, integer_group) {
+            // The stored blocks regrouped, row by row on every thread; a
+            // format `affine_group` does not take falls through to f32.
+            let (data, dtype) = (q.data()?, q.dtype());
+            let row_bytes = data.len() / rows;
+            return Ok(Weights::Integer(IntPacked::from_row_fn(rows, cols, group, |r, q, scales, mins| {
+                dequant::affine_row(dtype, &data[r * row_bytes..(r + 1) * row_bytes], q, scales, mins);
+            })));
+        }
         Ok(match precision {
-            Precision::DequantizedF32 if cfg!(target_arch = "wasm32") && dequant::block_shape(q.dtype()).is_some() => {
+            Precision::DequantizedF32 | Precision::IntegerQ8
+                if cfg!(target_arch = "wasm32") && dequant::block_shape(q.dtype()).is_some() =>
+            {
                 // Decode each row straight into the kernel's panels, on
                 // every thread: no intermediate f32 tensor or copies.
                 let data = q.data()?;
@@ -111,7 +118,7 @@ impl Weights {
                     dequant::row(q.dtype(), &data[r * row_bytes..(r + 1) * row_bytes], out);
                 }))
             }
-            Precision::DequantizedF32 => Weights::from_f32(q.dequantize(&Device::Cpu)?)?,
+            Precision::DequantizedF32 | Precision::IntegerQ8 => Weights::from_f32(q.dequantize(&Device::Cpu)?)?,
             Precision::Quantized => Weights::Quantized(QMatMul::from_qtensor(q)?),
         })
     }
@@ -141,24 +148,37 @@ impl Weights {
             #[cfg(target_arch = "wasm32")]
             Weights::Dense { .. } => unreachable!("dense weights are native only"),
             Weights::Packed(p) => Ok(p.matmul(x, t)),
+            Weights::Integer(w) => Ok(w.matmul(x, t)),
         }
     }
 }
 
-/// Times the projection GEMM a dequantized prefill runs, `[m × k]` times a
-/// `[n × k]` weight, through the very `Linear` the backbone uses, so the
+/// Times the projection GEMM a prefill at `precision` runs, `[m × k]` times
+/// a `[n × k]` weight, through the very `Linear` the backbone uses, so the
 /// rate is what this build's matmul attains on this device (native or
-/// wasm32), not a separate kernel's.
-pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize) -> Result<crate::GemmProbe> {
+/// wasm32), not a separate kernel's. The integer path's weight is a Q4_1-like
+/// one (4-bit values, a scale and minimum per 32), its time includes the
+/// activations' quantization, and its rate counts the same 2·m·k·n
+/// operations, so the two rates compare directly.
+pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize, precision: Precision) -> Result<crate::GemmProbe> {
     // Varied values, so no kernel meets only zeros or ones.
     let values = |len: usize, salt: usize| (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect::<Vec<f32>>();
     let x = values(m * k, 1);
-    let weight = Weights::from_f32(Tensor::from_vec(values(n * k, 5), (n, k), &Device::Cpu)?)?;
+    let weight = match precision {
+        Precision::IntegerQ8 if k.is_multiple_of(crate::integer::BLOCK) => {
+            Weights::Integer(IntPacked::from_row_fn(n, k, 32, |r, q, scales, mins| {
+                q.iter_mut().enumerate().for_each(|(i, v)| *v = ((r * 5 + i * 3) % 16) as u8);
+                scales.iter_mut().enumerate().for_each(|(g, v)| *v = 0.01 + ((r + g) % 7) as f32 * 0.002);
+                mins.iter_mut().enumerate().for_each(|(g, v)| *v = -0.05 + ((r + 3 * g) % 5) as f32 * 0.01);
+            }))
+        }
+        _ => Weights::from_f32(Tensor::from_vec(values(n * k, 5), (n, k), &Device::Cpu)?)?,
+    };
     // One untimed call: the first allocates.
     weight.forward(&x, m)?;
     let mut times = Vec::with_capacity(repeats.max(1));
     for _ in 0..repeats.max(1) {
-        let started = web_time::Instant::now();
+        let started = Instant::now();
         let y = weight.forward(&x, m)?;
         // Make sure the result exists before the clock stops.
         std::hint::black_box(&y);
@@ -175,7 +195,15 @@ pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize) -> Result<crate:
         best_ms,
         median_ms: times[times.len() / 2],
         gflops: 2.0 * (m * k * n) as f64 / best_ms / 1e6,
+        kernel: match &weight {
+            Weights::Integer(_) => crate::integer::kernel_name().to_string(),
+            _ => format!("f32{}", crate::kernels::KERNEL_NOTE),
+        },
     })
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
 }
 
 /// A 1-D tensor (a norm's weight, a bias) as f32 values.
@@ -413,11 +441,14 @@ impl Backbone {
         }
         let mut normed = vec![0f32; t * h.hidden];
         let mut attended = vec![0f32; t * q_dim];
+        let (mut projections_ms, mut attention_ms) = (0.0, 0.0);
         for (l, layer) in self.layers.iter().enumerate() {
             rms_norm_into(&x, &layer.attn_norm, eps, &mut normed);
+            let started = Instant::now();
             let mut q = layer.q.forward(&normed, t)?;
             let mut k = layer.k.forward(&normed, t)?;
             let v = layer.v.forward(&normed, t)?;
+            projections_ms += ms(started);
             if let Some((q_norm, k_norm)) = &layer.qk_norm {
                 rms_norm(&mut q, q_norm, eps);
                 rms_norm(&mut k, k_norm, eps);
@@ -437,28 +468,37 @@ impl Backbone {
             let mut pieces: Vec<_> = prefix.views().iter().map(|view| view.segment.piece(l, view.rows.clone())).collect();
             pieces.push(segment.piece(l, 0..t));
             let shape = attention::Shape { heads: h.heads, kv_heads: h.kv_heads, tokens: t, head_dim: d, start, window: layer.kind.window };
+            let started = Instant::now();
             attention::causal(&q, &pieces, shape, scale, &mut attended);
+            attention_ms += ms(started);
 
+            let started = Instant::now();
             let mut out = layer.o.forward(&attended, t)?;
+            projections_ms += ms(started);
             if let Some((post_attention, _)) = &layer.post_norms {
                 rms_norm(&mut out, post_attention, eps);
             }
             add_rows(&mut x, &out, h.hidden);
 
             rms_norm_into(&x, &layer.ffn_norm, eps, &mut normed);
+            let started = Instant::now();
             let mut gate = layer.gate.forward(&normed, t)?;
             let up = layer.up.forward(&normed, t)?;
+            projections_ms += ms(started);
             let activation = arch.activation;
             rows_mut(&mut gate, h.ffn, |first, run| {
                 run.iter_mut().zip(&up[first * h.ffn..]).for_each(|(g, u)| *g = activation.apply(*g) * u)
             });
+            let started = Instant::now();
             let mut out = layer.down.forward(&gate, t)?;
+            projections_ms += ms(started);
             if let Some((_, post_ffw)) = &layer.post_norms {
                 rms_norm(&mut out, post_ffw, eps);
             }
             add_rows(&mut x, &out, h.hidden);
         }
         rms_norm_into(&x, &self.output_norm, eps, segment.hidden_mut());
+        (segment.projections_ms, segment.attention_ms) = (projections_ms, attention_ms);
         Ok(segment)
     }
 

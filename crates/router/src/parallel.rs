@@ -215,6 +215,42 @@ pub fn for_each_rows_mut<T: Send>(data: &mut [T], row: usize, rows_per_task: usi
     });
 }
 
+/// [`for_each_rows_mut`] over two buffers with the same number of rows
+/// (of `row_a` and `row_b` values): `work(first_row, run_a, run_b)` gets
+/// the same rows of both, so one pass can fill a row's values and its
+/// per-row metadata (the integer kernels' bytes and scales).
+pub fn for_each_rows_mut2<A: Send, B: Send>(
+    a: &mut [A],
+    row_a: usize,
+    b: &mut [B],
+    row_b: usize,
+    rows_per_task: usize,
+    work: impl Fn(usize, &mut [A], &mut [B]) + Sync,
+) {
+    let (row_a, row_b, per) = (row_a.max(1), row_b.max(1), rows_per_task.max(1));
+    let rows = a.len() / row_a;
+    assert!(
+        rows * row_a == a.len() && rows * row_b == b.len(),
+        "{} and {} values are not the same rows of {row_a} and {row_b}",
+        a.len(),
+        b.len()
+    );
+    let (base_a, base_b) = (SharedPtr(a.as_mut_ptr()), SharedPtr(b.as_mut_ptr()));
+    for_each(rows.div_ceil(per), |t| {
+        let (first, end) = (t * per, ((t + 1) * per).min(rows));
+        // SAFETY: task t alone gets rows [first, end) of each buffer, inside
+        // them (asserted above), which the caller's `&mut`s keep borrowed
+        // until every task has returned.
+        let (run_a, run_b) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(base_a.get().add(first * row_a), (end - first) * row_a),
+                std::slice::from_raw_parts_mut(base_b.get().add(first * row_b), (end - first) * row_b),
+            )
+        };
+        work(first, run_a, run_b);
+    });
+}
+
 /// Rows per task for a row-wise pass over `rows` rows: a few tasks per
 /// thread, none smaller than 32 rows, so a short prompt's passes run in
 /// place (waking helpers for 15 rows, 210 times a call, made a 15-token

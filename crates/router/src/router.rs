@@ -26,6 +26,9 @@ use crate::prefix::{Namespace, PrefixCache};
 use crate::segment::SegmentView;
 use crate::tokenizer::RouterTokenizer;
 
+/// The first bytes of [`Router::descriptor_cache`]'s format.
+const DESCRIPTOR_MAGIC: &[u8; 4] = b"RDV1";
+
 /// The default `router_max_tokens` (the field guide's truncation ceiling).
 pub const DEFAULT_MAX_TOKENS: usize = 1024;
 
@@ -105,6 +108,13 @@ fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }
 
+/// Adds a prefill's projection and attention time to a call's stage timings.
+fn add_profile(timings: &mut StageTimings, segment: &crate::segment::Segment) {
+    let (projections_ms, attention_ms) = segment.prefill_profile();
+    timings.projections_ms += projections_ms;
+    timings.attention_ms += attention_ms;
+}
+
 impl Router {
     /// Loads everything, timing weights, tokenizer and descriptors apart.
     pub fn load(assets: &RouterAssets, config: RouterConfig) -> Result<Router> {
@@ -115,6 +125,20 @@ impl Router {
     /// step (`weights`, `tokenizer`, then `descriptors` once per candidate),
     /// so a page can say what a long load is doing.
     pub fn load_with_progress(assets: &RouterAssets, config: RouterConfig, progress: &mut dyn FnMut(&str, usize, usize)) -> Result<Router> {
+        Router::load_with_cache(assets, config, progress, None)
+    }
+
+    /// [`Router::load_with_progress`], taking the descriptor vectors from
+    /// `descriptor_cache` (what [`Router::descriptor_cache`] wrote on an
+    /// earlier load) when it was written for this very checkpoint, precision
+    /// and kernel, tokenizer, truncation and pool; otherwise (absent, stale
+    /// or damaged) they are encoded as usual.
+    pub fn load_with_cache(
+        assets: &RouterAssets,
+        config: RouterConfig,
+        progress: &mut dyn FnMut(&str, usize, usize),
+        descriptor_cache: Option<&[u8]>,
+    ) -> Result<Router> {
         progress("weights", 0, 1);
         let started = Instant::now();
         let checkpoint = Checkpoint::parse_with_sha256(assets.gguf, assets.gguf_name, assets.gguf_sha256)?;
@@ -154,11 +178,90 @@ impl Router {
             head: None,
             tokenizer_id,
             weight_type: checkpoint.weight_type.clone(),
-            load_timings: LoadTimings { weights_ms, tokenizer_ms, descriptors_ms: 0.0, descriptor_flops: 0.0 },
+            load_timings: LoadTimings { weights_ms, tokenizer_ms, ..LoadTimings::default() },
             descriptor_matrix: Vec::new(),
         };
-        router.embed_descriptors(progress)?;
+        let started = Instant::now();
+        if descriptor_cache.is_some_and(|bytes| router.reuse_descriptors(bytes)) {
+            router.load_timings.descriptors_ms = ms(started);
+        } else {
+            router.embed_descriptors(progress)?;
+        }
         Ok(router)
+    }
+
+    /// What the descriptor vectors depend on: the backbone's checkpoint,
+    /// the precision with the kernel that ran, the tokenizer, truncation
+    /// and the pool (its id is a digest of its bytes), and this crate's
+    /// version. A cache written under another key is not used.
+    pub fn descriptor_key(&self) -> String {
+        let c = &self.config;
+        format!(
+            "{} | {} | {} | max {} {} step {} | pool {} | router {}",
+            self.backbone_checkpoint_id,
+            self.precision_label(),
+            self.tokenizer_id,
+            c.max_tokens,
+            c.truncation.name(),
+            c.truncation_step,
+            self.pool.id,
+            env!("CARGO_PKG_VERSION"),
+        )
+    }
+
+    /// The descriptor vectors and their key as bytes, for a cache that
+    /// [`Router::load_with_cache`] reads on a later load: `RDV1`, the key's
+    /// length (u32) and text, the encoding's milliseconds and FLOPs (f64),
+    /// candidates and width (u32), then the f32 values, all little-endian.
+    pub fn descriptor_cache(&self) -> Vec<u8> {
+        let key = self.descriptor_key();
+        let t = &self.load_timings;
+        let encoded_ms = if t.descriptors_cached { t.descriptors_encoded_ms } else { t.descriptors_ms };
+        let mut out = Vec::with_capacity(40 + key.len() + 4 * self.descriptor_matrix.len());
+        out.extend_from_slice(DESCRIPTOR_MAGIC);
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(&encoded_ms.to_le_bytes());
+        out.extend_from_slice(&t.descriptor_flops.to_le_bytes());
+        out.extend_from_slice(&(self.pool.candidates.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.backbone.hparams.hidden as u32).to_le_bytes());
+        self.descriptor_matrix.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        out
+    }
+
+    /// Takes the descriptor vectors from a cache's bytes when they were
+    /// written under this router's key, with the right shape and finite
+    /// values; false (and nothing changed) otherwise.
+    fn reuse_descriptors(&mut self, bytes: &[u8]) -> bool {
+        let mut rest = bytes;
+        let mut take = |n: usize| -> Option<&[u8]> {
+            let (head, tail) = rest.split_at_checked(n)?;
+            rest = tail;
+            Some(head)
+        };
+        let parsed = (|| {
+            (take(4)? == DESCRIPTOR_MAGIC).then_some(())?;
+            let key_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+            let key = std::str::from_utf8(take(key_len)?).ok()?.to_string();
+            let encoded_ms = f64::from_le_bytes(take(8)?.try_into().ok()?);
+            let flops = f64::from_le_bytes(take(8)?.try_into().ok()?);
+            let count = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+            let hidden = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+            let values = take(count.checked_mul(hidden)?.checked_mul(4)?)?;
+            let matrix: Vec<f32> = values.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            Some((key, encoded_ms, flops, count, hidden, matrix))
+        })();
+        let Some((key, encoded_ms, flops, count, hidden, matrix)) = parsed else { return false };
+        let fits = key == self.descriptor_key()
+            && count == self.pool.candidates.len()
+            && hidden == self.backbone.hparams.hidden
+            && matrix.iter().all(|v| v.is_finite());
+        if fits {
+            self.descriptor_matrix = matrix;
+            let t = &mut self.load_timings;
+            (t.descriptors_cached, t.descriptors_encoded_ms, t.descriptor_flops) = (true, encoded_ms, flops);
+        }
+        fits
     }
 
     /// Encodes every candidate descriptor (truncated like a routing text)
@@ -178,6 +281,8 @@ impl Router {
         self.load_timings.descriptor_flops = descriptor_flops;
         self.descriptor_matrix = rows.concat();
         self.load_timings.descriptors_ms = ms(started);
+        self.load_timings.descriptors_encoded_ms = self.load_timings.descriptors_ms;
+        self.load_timings.descriptors_cached = false;
         Ok(())
     }
 
@@ -287,7 +392,10 @@ impl Router {
             job.timings.insert_ms = 0.0;
         } else {
             let segment = match self.backbone.prefill(&lookup.state, suffix) {
-                Ok(segment) => Arc::new(segment),
+                Ok(segment) => {
+                    add_profile(&mut job.timings, &segment);
+                    Arc::new(segment)
+                }
                 Err(e) => {
                     cache.release(lookup);
                     return Err(e);
@@ -497,6 +605,7 @@ impl Router {
         let started = Instant::now();
         let chunk = &job.kept[job.prefilled..job.prefilled + take];
         let segment = self.backbone.prefill(&job.state, chunk)?;
+        add_profile(&mut job.timings, &segment);
         job.state.push(SegmentView::whole(Arc::new(segment)));
         job.prefilled += take;
         job.chunks += 1;

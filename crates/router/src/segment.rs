@@ -58,6 +58,10 @@ pub struct Segment {
     values: Vec<Vec<f32>>,
     /// Final hidden states after the output norm, `[tokens × hidden]`.
     hidden: Vec<f32>,
+    /// How the prefill that wrote it spent its time: projections and
+    /// attention, in ms (the stage shares a report shows).
+    pub(crate) projections_ms: f64,
+    pub(crate) attention_ms: f64,
 }
 
 impl Segment {
@@ -70,7 +74,14 @@ impl Segment {
             keys: (0..layout.layers).map(|_| vec![0.0; layout.kv_heads * per_head]).collect(),
             values: (0..layout.layers).map(|_| vec![0.0; layout.kv_heads * tokens * layout.value_width()]).collect(),
             hidden: vec![0.0; tokens * layout.hidden],
+            projections_ms: 0.0,
+            attention_ms: 0.0,
         }
+    }
+
+    /// The prefill that wrote it: milliseconds in projections and in attention.
+    pub fn prefill_profile(&self) -> (f64, f64) {
+        (self.projections_ms, self.attention_ms)
     }
 
     pub fn tokens(&self) -> usize {

@@ -120,3 +120,85 @@ fn stepped_truncation_keeps_the_window_start_so_the_prefix_stays_cached() {
         Router::load(&assets, RouterConfig { max_tokens: 64, truncation_step: 64, ..RouterConfig::default() }).err().unwrap().to_string();
     assert!(err.contains("truncation step 64 must be at least 1 and less than the 64 text tokens"), "{err}");
 }
+
+/// The integer kernels against the f32 path on the end-to-end test's
+/// conversations, in every mode: the same top candidate, scores (a softmax
+/// at temperature 0.05) within 0.01, and any two candidates the paths order
+/// differently within 0.01 of each other in utility on the f32 path (a
+/// near tie the activations' 8-bit rounding may turn). Measured: two swaps of
+/// neighbours (conversation 2 in quality mode, 6th and 7th of 8;
+/// conversation 1 in economy mode, 3rd and 4th), scores at most 0.0070 apart.
+#[test]
+fn integer_kernels_rank_the_e2e_conversations_like_f32() {
+    let fixture = std::fs::read_to_string(common::workspace().join("tests/e2e/fixtures/same-answers.json")).unwrap();
+    let conversations: Vec<Conversation> = serde_json::from_str(&fixture).unwrap();
+    let f32_router = router(RouterConfig { precision: router::Precision::DequantizedF32, ..RouterConfig::default() });
+    let int_router = router(RouterConfig { precision: router::Precision::IntegerQ8, ..RouterConfig::default() });
+    let (mut worst, mut swaps) = (0f32, 0);
+    for mode in ["quality", "balanced", "economy"] {
+        for (i, conversation) in conversations.iter().enumerate() {
+            let want = f32_router.decide(conversation, Some(mode)).unwrap();
+            let ours = int_router.decide(conversation, Some(mode)).unwrap();
+            let where_ = format!("conversation {} in {mode}", i + 1);
+            assert_eq!(ours.ranked[0].id, want.ranked[0].id, "{where_}: top candidate");
+            let place = |d: &router::Decision, id: &str| d.ranked.iter().position(|r| r.id == id).unwrap();
+            for (a, wa) in want.ranked.iter().enumerate() {
+                let oa = &ours.ranked[place(&ours, &wa.id)];
+                worst = worst.max((oa.score - wa.score).abs());
+                for wb in &want.ranked[a + 1..] {
+                    if place(&ours, &wa.id) > place(&ours, &wb.id) {
+                        swaps += 1;
+                        println!(
+                            "{where_}: {} ({}) and {} ({}) swapped, {:.4} apart",
+                            wa.id,
+                            a + 1,
+                            wb.id,
+                            place(&want, &wb.id) + 1,
+                            wa.utility - wb.utility
+                        );
+                        let gap = wa.utility - wb.utility;
+                        assert!(gap <= 0.01, "{where_}: {} and {} swapped, {gap} apart in utility", wa.id, wb.id);
+                    }
+                }
+            }
+        }
+    }
+    println!("int8 against f32: scores at most {worst:.4} apart, {swaps} pair(s) ordered differently");
+    assert!(worst <= 0.01, "scores differ by up to {worst}");
+}
+
+/// A second load takes the descriptor vectors the first one cached, and
+/// decides exactly as a load that encoded them; a cache written for other
+/// settings, or damaged, is not used (the vectors are encoded again).
+#[test]
+fn descriptor_vectors_come_back_from_the_cache_only_for_the_same_settings() {
+    let (gguf, pool) = (common::smollm2(), common::pool_yaml());
+    let assets = RouterAssets {
+        gguf: &gguf,
+        gguf_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256: None,
+        tokenizer_json: None,
+        pool_yaml: &pool,
+        pool_name: "pool.yaml",
+    };
+    let config = RouterConfig { max_tokens: 256, ..RouterConfig::default() };
+    let load = |config: RouterConfig, cache: Option<&[u8]>| Router::load_with_cache(&assets, config, &mut |_, _, _| {}, cache).unwrap();
+    let first = load(config, None);
+    assert!(!first.load_timings.descriptors_cached && first.load_timings.descriptors_encoded_ms > 0.0);
+    let cache = first.descriptor_cache();
+    let second = load(config, Some(&cache));
+    assert!(second.load_timings.descriptors_cached, "the same settings reuse the vectors");
+    assert_eq!(second.load_timings.probe_gflops(), first.load_timings.probe_gflops(), "the probe is the encoding's");
+    let conversation = Conversation::user("Fix the flaky retry test in the HTTP client.");
+    let scores = |r: &Router| r.decide(&conversation, None).unwrap().ranked.iter().map(|x| x.score.to_bits()).collect::<Vec<_>>();
+    assert_eq!(scores(&second), scores(&first));
+    // Another router_max_tokens, another precision, or damaged bytes: encoded again.
+    let other = RouterConfig { max_tokens: 128, ..config };
+    assert!(!load(other, Some(&cache)).load_timings.descriptors_cached);
+    let precision =
+        if config.precision == router::Precision::IntegerQ8 { router::Precision::DequantizedF32 } else { router::Precision::IntegerQ8 };
+    assert!(!load(RouterConfig { precision, ..config }, Some(&cache)).load_timings.descriptors_cached);
+    for damaged in [&cache[..cache.len() - 1], &cache[..10], b"RDV1".as_slice()] {
+        assert!(!load(config, Some(damaged)).load_timings.descriptors_cached);
+    }
+}

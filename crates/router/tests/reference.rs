@@ -117,6 +117,13 @@ fn hidden_states_match_llama_cpp_dequantized_f32() {
     check(&SMOLLM2, Precision::DequantizedF32, COSINE_MIN, RELATIVE_MAX, usize::MAX);
 }
 
+/// The integer kernels (activations rounded to 8 bits per 32 values, as
+/// llama.cpp itself does on this file) at the same tolerance.
+#[test]
+fn hidden_states_match_llama_cpp_integer() {
+    check(&SMOLLM2, Precision::IntegerQ8, COSINE_MIN, RELATIVE_MAX, usize::MAX);
+}
+
 #[test]
 fn hidden_states_match_llama_cpp_quantized() {
     check(&SMOLLM2, Precision::Quantized, COSINE_MIN, RELATIVE_MAX, usize::MAX);
@@ -141,6 +148,15 @@ fn gemma3_hidden_states_match_llama_cpp_dequantized_f32() {
 /// 0.049; this mode is not the router's default. The 1,313-token case is
 /// left to the f32 test (the window logic is shared): candle's quantized
 /// matmul takes a minute on it, which CI's budget does not have.
+/// The integer kernels on Gemma, against the f32 reference, hold SmolLM2's
+/// tolerance (measured: cosine ≥ 0.99923, relative error ≤ 0.028, the
+/// 1,313-token case included): closer than candle's quantized matmul below,
+/// with the same 8-bit activations.
+#[test]
+fn gemma3_hidden_states_match_llama_cpp_integer() {
+    check(&GEMMA3, Precision::IntegerQ8, COSINE_MIN, RELATIVE_MAX, usize::MAX);
+}
+
 #[test]
 fn gemma3_hidden_states_match_llama_cpp_quantized() {
     check(&GEMMA3, Precision::Quantized, 0.997, 0.06, 512);

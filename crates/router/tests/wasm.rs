@@ -68,3 +68,38 @@ fn simd128_kernel_matches_the_definition() {
         }
     }
 }
+
+/// The integer kernel the browser runs (SIMD128 here; the threads build's
+/// relaxed-SIMD dot is checked end to end), against the dequantized
+/// operands in f64, with 32-value and 16-value (Q6_K) weight scales and
+/// tiles cut at every edge.
+#[wasm_bindgen_test]
+fn integer_kernel_matches_the_dequantized_operands() {
+    use router::integer::{Activations, IntPacked};
+    for (m, n, k, group) in [(1, 1, 32, 32), (5, 7, 96, 16), (17, 9, 576, 32)] {
+        let q_of = |r: usize, i: usize| ((r * 7 + i * 5) % 64) as u8;
+        let scale_of = |r: usize, g: usize| 0.01 + ((r + g) % 5) as f32 * 0.003;
+        let min_of = |r: usize, g: usize| ((r * 3 + g) % 7) as f32 * 0.02 - 0.06;
+        let w = IntPacked::from_row_fn(n, k, group, |r, q, s, mins| {
+            q.iter_mut().enumerate().for_each(|(i, v)| *v = q_of(r, i));
+            s.iter_mut().enumerate().for_each(|(g, v)| *v = scale_of(r, g));
+            mins.iter_mut().enumerate().for_each(|(g, v)| *v = min_of(r, g));
+        });
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 11 + 3) % 29) as f32 / 14.0 - 1.0).collect();
+        let acts = Activations::quantize(&x, m, k, group);
+        let ours = w.matmul_quantized(&acts);
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k)
+                    .map(|c| {
+                        let xq = acts.q[i * k + c] as f64 * acts.scales(i)[c / 32] as f64;
+                        let wv = scale_of(j, c / group) as f64 * q_of(j, c) as f64 + min_of(j, c / group) as f64;
+                        xq * wv
+                    })
+                    .sum();
+                let got = ours[i * n + j] as f64;
+                assert!((got - want).abs() <= 2e-5 * k as f64, "[{m}×{k}]·[{n}×{k}]ᵀ/{group} at ({i}, {j}): {got} vs {want}");
+            }
+        }
+    }
+}

@@ -11,7 +11,7 @@ use bench::quality::RoutedTask;
 use bench::report::{Provenance, Report};
 use bench::serve::{QueueSample, RunSummary, ServeSettings};
 use bench::tasks::Task;
-use router::{Conversation, Decision, FlopModel, GemmProbe, LoadTimings};
+use router::{Conversation, Decision, FlopModel, GemmProbe, LoadTimings, Precision};
 use serde::{Deserialize, Serialize};
 
 /// The property of a posted object holding the JSON text.
@@ -61,13 +61,19 @@ pub enum ToWorker {
     /// Load a checkpoint the site's manifest lists, from the browser's cache
     /// when it is there: the bundled one, or the on-request one whose
     /// manifest `file` this names. Nothing else is ever fetched.
+    /// `precision` chooses how the weights compute (the link's
+    /// `precision=`); absent, the router's default.
     LoadBundled {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         on_request: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        precision: Option<Precision>,
     },
     /// Load the GGUF `File` attached to this message.
     LoadFile {
         name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        precision: Option<Precision>,
     },
     Decide {
         conversation: Conversation,
@@ -191,7 +197,9 @@ pub struct ModelInfo {
     pub sha256_checked: bool,
     /// Reading the bytes (network, cache or disk).
     pub read_ms: f64,
-    /// Hashing for the manifest check.
+    /// The SHA-256: for a site's checkpoint, the wait for the digest left
+    /// after the weight load (WebCrypto computes it beside that load); for
+    /// a user's file, hashing it before the load (its digest names it).
     pub verify_ms: f64,
     pub load: LoadTimings,
     /// The worker's wasm linear memory once the router is built: its
@@ -374,7 +382,12 @@ mod tests {
         let from = FromWorker::Failed { during: Activity::Load, message: "x.gguf: not a valid GGUF checkpoint".into() };
         assert_eq!(FromWorker::from_json(&from.to_json()).unwrap(), from);
         assert!(ToWorker::from_json("{\"type\":\"launch\"}").unwrap_err().starts_with("unreadable message to the worker"));
-        assert_eq!(ToWorker::from_json("{\"type\":\"load_bundled\"}").unwrap(), ToWorker::LoadBundled { on_request: None });
+        assert_eq!(
+            ToWorker::from_json("{\"type\":\"load_bundled\"}").unwrap(),
+            ToWorker::LoadBundled { on_request: None, precision: None }
+        );
+        let load = ToWorker::LoadFile { name: "m.gguf".into(), precision: Some(router::Precision::DequantizedF32) };
+        assert_eq!(ToWorker::from_json(&load.to_json()).unwrap(), load);
         let serve = ToWorker::Serve {
             runs: vec![bench::serve::ServeSettings { chunk: Some(128), ..Default::default() }],
             tasks: vec![TaskPrompt { id: "t".into(), prompt: "fix it".into() }],

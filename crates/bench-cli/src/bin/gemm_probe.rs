@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! gemm-probe [--m 1024] [--k 576] [--n 1536] [--repeats 5] \
-//!   [--checkpoint assets/SmolLM2-135M-Instruct.Q4_1.gguf --lengths 15,256,1024]
+//!   [--precision f32|int8] [--checkpoint assets/SmolLM2-135M-Instruct.Q4_1.gguf --lengths 15,256,1024]
 //! ```
 //! With `--checkpoint`, it also prints each length's prefill FLOPs for that
 //! backbone (`router::FlopModel`), so callers divide by the rate without
@@ -27,6 +27,9 @@ struct Args {
     n: usize,
     #[arg(long, default_value_t = 5)]
     repeats: usize,
+    /// `f32` or `int8` (the integer kernels), as bench-decide spells it.
+    #[arg(long, default_value = "f32")]
+    precision: String,
     /// A GGUF whose prefill FLOPs to print.
     #[arg(long)]
     checkpoint: Option<std::path::PathBuf>,
@@ -39,7 +42,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    let probe = router::model::gemm_probe(args.m, args.k, args.n, args.repeats)?;
+    let probe = router::model::gemm_probe(args.m, args.k, args.n, args.repeats, bench_cli::precision(&args.precision)?)?;
     let mut out = serde_json::json!({ "probe": probe });
     if let Some(path) = &args.checkpoint {
         let bytes = bench_cli::read(path, "--checkpoint")?;
