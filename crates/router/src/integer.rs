@@ -193,15 +193,12 @@ impl IntPacked {
             // Short prompts: split the weight's rows (C's columns) so every
             // thread works; each task fills its own [m × columns] block,
             // copied into C afterwards.
-            let tasks = threads.min(n.div_ceil(C));
-            let width = n.div_ceil(tasks).next_multiple_of(C);
-            let mut blocks = vec![0f32; tasks * m * width];
+            let (width, parts) = column_split(n, threads);
+            let mut blocks = vec![0f32; parts.len() * m * width];
             parallel::for_each_rows_mut(&mut blocks, m * width, 1, |t, out| {
-                let cols = t * width..((t + 1) * width).min(n);
-                self.product_rows(acts, 0, m, cols, out, width, strip);
+                self.product_rows(acts, 0, m, parts[t].clone(), out, width, strip);
             });
-            for (t, block) in blocks.chunks_exact(m * width).enumerate() {
-                let cols = t * width..((t + 1) * width).min(n);
+            for (cols, block) in parts.iter().zip(blocks.chunks_exact(m * width)) {
                 for (row, c_row) in block.chunks_exact(width).zip(c.chunks_exact_mut(n)) {
                     c_row[cols.clone()].iter_mut().zip(row).for_each(|(c, v)| *c += v);
                 }
@@ -255,6 +252,13 @@ impl IntPacked {
             band = band_cols.end;
         }
     }
+}
+
+/// Splits `n` weight rows into at most `threads` runs of `width` (a
+/// multiple of `C`; the last may be shorter), none empty.
+fn column_split(n: usize, threads: usize) -> (usize, Vec<std::ops::Range<usize>>) {
+    let width = n.div_ceil(threads.clamp(1, n.div_ceil(C).max(1))).next_multiple_of(C);
+    (width, (0..n).step_by(width).map(|start| start..(start + width).min(n)).collect())
 }
 
 /// A strip: `R` activation rows (whole rows of `k = blocks × 32` values,
@@ -584,6 +588,21 @@ mod tests {
                 let ours = packed.matmul_with(&acts, strip);
                 let worst = ours.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
                 assert!(worst < 2e-5 * k as f32, "{name} [{m}×{k}]·[{n}×{k}]ᵀ/{group}: worst |difference| {worst}");
+            }
+        }
+    }
+
+    /// Found reading the code: 24 threads split 256 weight rows into runs of
+    /// 12, the 23rd starting past the end.
+    #[test]
+    fn column_runs_cover_the_rows_once_for_any_thread_count() {
+        for n in 1..300 {
+            for threads in 1..40 {
+                let (width, parts) = column_split(n, threads);
+                assert!(width % C == 0 && parts.len() <= threads.max(1));
+                assert!(parts.iter().all(|p| !p.is_empty() && p.len() <= width), "n {n}, threads {threads}: {parts:?}");
+                assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), n);
+                assert!(parts.windows(2).all(|w| w[0].end == w[1].start) && parts[0].start == 0);
             }
         }
     }
