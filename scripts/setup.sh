@@ -37,10 +37,16 @@ if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q
   rustup component add rust-src --toolchain nightly
 fi
 
-# trunk 0.21.14: 0.22 needs a newer rustc than this machine's.
+# trunk 0.21.14: 0.22 needs a newer rustc than this machine's. Built
+# unoptimised (--debug): its release profile (fat LTO, one codegen unit)
+# took 15 min 23 s to install on 2 cores, 14 min 30 s without the LTO, and
+# 6 min 26 s as a debug build, while the debug trunk builds the router page
+# within seconds of the release one (31 s against 22–28 s, warm): the work
+# it drives (cargo, wasm-bindgen, wasm-opt) runs in other processes. CI's
+# first step is this install, so that is about 9 of its 90 minutes.
 if [ "$(trunk --version 2>/dev/null)" != "trunk $TRUNK_VERSION" ]; then
-  say "installing trunk $TRUNK_VERSION (compiles once, ~15 min on 2 cores)"
-  cargo install trunk --version "$TRUNK_VERSION" --locked
+  say "installing trunk $TRUNK_VERSION (compiles once, ~7 min on 2 cores)"
+  cargo install trunk --version "$TRUNK_VERSION" --locked --debug
 fi
 
 # wasm-bindgen-cli at exactly the version Cargo.lock pins for the crate; it

@@ -1,16 +1,32 @@
-// The peer bench: in one run and one headless Chromium, our router page's
-// decide, wllama's prefill of the same GGUF on the same routing texts (one
-// thread, then every core with the page cross-origin isolated), our native
-// bench-decide, and the matmul probes that give the GEMM floors. Prints the
-// table with ratios and writes reports/peers.json.
+// The peer bench: in one run on one machine, every engine that can prefill
+// the router's texts, each at its best configurations, so that a ratio never
+// flatters us by comparing against a peer's slow path:
 //
-//   scripts/bench-peers.sh [--iterations 5] [--warmup 1] [--peer-iterations 3] [--peer-warmup 1]
+// - ours in the browser: the threads build (cross-origin isolated page, every
+//   core) and the single-thread build on a page that is *not* isolated (how
+//   a foreign site embeds the widget), at each of our precisions;
+// - ours natively: `bench-decide`, at each precision;
+// - wllama (llama.cpp in wasm) in the same Chromium, on Q4_0, Q4_1 and Q8_0
+//   copies of the same weights, at 1 thread and at every core, flash
+//   attention on and off;
+// - native llama.cpp through node-llama-cpp's prebuilt binaries, on the same
+//   three copies, at 1 thread and every core, flash attention on and off.
 //
-// The peer is a dev-only npm package (tests/peers/package.json); nothing here
-// is part of the product.
+// The Q4_0 and Q8_0 copies are made at bench time from the bundled Q4_1
+// file by llama.cpp's own quantizer (quantize.py). Prints every
+// configuration's warm p50, then the targets' table with ratios against the
+// best peer per column, and writes reports/peers.json.
+//
+//   scripts/bench-peers.sh [--lengths 15,256,1024] [--precisions f32,int8]
+//     [--iterations 3] [--warmup 1] [--peer-iterations 2] [--peer-warmup 0]
+//     [--peer-quants Q4_0,Q4_1,Q8_0] [--peer-flash on,off]
+//
+// Every peer is a dev-only npm package (tests/peers/package.json); nothing
+// here is part of the product.
 
 import { execFileSync } from 'node:child_process';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { serve } from '../../tools/static-server.mjs';
@@ -20,140 +36,232 @@ import { runPageBench, pageGemmProbe } from '../e2e/page-bench.js';
 const { values: args } = parseArgs({
   options: {
     lengths: { type: 'string', default: '15,256,1024' },
-    iterations: { type: 'string', default: '5' },
+    precisions: { type: 'string', default: 'f32,int8' },
+    iterations: { type: 'string', default: '3' },
     warmup: { type: 'string', default: '1' },
-    'peer-iterations': { type: 'string', default: '3' },
-    'peer-warmup': { type: 'string', default: '1' },
+    'peer-iterations': { type: 'string', default: '2' },
+    'peer-warmup': { type: 'string', default: '0' },
+    'peer-quants': { type: 'string', default: 'Q4_0,Q4_1,Q8_0' },
+    'peer-flash': { type: 'string', default: 'on,off' },
     out: { type: 'string', default: 'reports/peers.json' },
   },
 });
 const lengths = args.lengths.split(',').map(Number);
+const precisions = args.precisions.split(',');
+const quants = args['peer-quants'].split(',');
+for (const p of precisions) if (!['f32', 'int8'].includes(p)) throw new Error(`bench-peers: --precisions takes f32 and/or int8, got "${p}"`);
+for (const q of quants) if (!['Q4_0', 'Q4_1', 'Q8_0'].includes(q)) throw new Error(`bench-peers: --peer-quants takes Q4_0, Q4_1 and/or Q8_0, got "${q}"`);
+// Flash attention is part of a peer's best configuration (natively it
+// decides which weights win at 1,024 tokens), so both peers run both.
+const flashModes = args['peer-flash'].split(',');
+for (const f of flashModes) if (!['on', 'off'].includes(f)) throw new Error(`bench-peers: --peer-flash takes on and/or off, got "${f}"`);
 const work = join(root, 'test-output', 'peers');
 await mkdir(work, { recursive: true });
 const log = (m) => console.error(`bench-peers: ${m}`);
-const cargo = (bin, rest) =>
-  execFileSync('cargo', ['run', '--release', '--quiet', '-p', 'bench-cli', '--bin', bin, '--', ...rest], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], maxBuffer: 1 << 26 });
+const run = (cmd, rest) => execFileSync(cmd, rest, { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], maxBuffer: 1 << 26 });
+const cargo = (bin, rest) => run('cargo', ['run', '--release', '--quiet', '-p', 'bench-cli', '--bin', bin, '--', ...rest]);
+const hardwareThreads = availableParallelism();
+const threadCounts = [...new Set([1, hardwareThreads])];
 
-// Native: bench-decide (which also writes the exact routing texts every
-// engine here prefills) and the native matmul probe with the FLOP counts.
-log('native bench-decide');
+// The weights every peer runs: the bundled file, and llama.cpp's own
+// requantized copies of it.
+const bundled = 'SmolLM2-135M-Instruct.Q4_1.gguf';
+const modelFile = {};
+for (const q of quants) {
+  modelFile[q] = `SmolLM2-135M-Instruct.${q}.gguf`;
+  if (q === 'Q4_1') await copyFile(join(root, 'assets', bundled), join(work, modelFile[q]));
+  else {
+    log(`quantizing a ${q} copy with llama.cpp's quantizer`);
+    run('python3', ['tests/peers/quantize.py', join('assets', bundled), join(work, modelFile[q]), q]);
+  }
+}
+
+// Native, ours: bench-decide per precision (the first also writes the exact
+// routing texts every engine here prefills) and the GEMM probe's FLOP counts.
 const promptsFile = join(work, 'prompts.json');
-const nativeFile = join(work, 'native.json');
-cargo('bench-decide', ['--lengths', args.lengths, '--iterations', args.iterations, '--warmup', args.warmup, '--dump-prompts', promptsFile, '--out', nativeFile]);
-const native = JSON.parse(await readFile(nativeFile, 'utf8'));
-const nativeGemm = JSON.parse(cargo('gemm-probe', ['--checkpoint', 'assets/SmolLM2-135M-Instruct.Q4_1.gguf', '--lengths', args.lengths]));
+const oursNative = {};
+for (const precision of precisions) {
+  log(`native bench-decide, ${precision}`);
+  const file = join(work, `native.${precision}.json`);
+  cargo('bench-decide', ['--lengths', args.lengths, '--iterations', args.iterations, '--warmup', args.warmup, '--precision', precision, '--dump-prompts', promptsFile, '--out', file]);
+  oursNative[precision] = JSON.parse(await readFile(file, 'utf8'));
+}
+const nativeGemm = JSON.parse(cargo('gemm-probe', ['--checkpoint', join('assets', bundled), '--lengths', args.lengths]));
 const prompts = JSON.parse(await readFile(promptsFile, 'utf8'));
 
-// Browser: one Chromium, the site served cross-origin isolated (wllama's
-// threads need it; our single-threaded build runs the same either way).
-const server = await serve(site, 0, { mounts: { '/peers/': join(root, 'tests', 'peers') }, crossOriginIsolated: true });
-const browser = await launch();
-let ours;
-let oursGemm;
-const peers = [];
-try {
-  log('our router page');
-  const page = await newPage(browser, { acceptDownloads: true });
-  ours = await runPageBench(page, server.url, { lengths: args.lengths, warmup: args.warmup, iterations: args.iterations, out: join(work, 'browser.json'), log });
-  oursGemm = await pageGemmProbe(page);
-  await page.context().close();
+// Native, llama.cpp: its own process, every weights × threads × flash combination.
+log('native llama.cpp (node-llama-cpp)');
+const llamaFile = join(work, 'native-llama.json');
+run('node', [
+  'tests/peers/native-llama.mjs',
+  '--prompts', promptsFile,
+  '--models', quants.map((q) => `${q}=${join(work, modelFile[q])}`).join(','),
+  '--threads', threadCounts.join(','),
+  '--flash', flashModes.join(','),
+  '--warmup', args['peer-warmup'],
+  '--iterations', args['peer-iterations'],
+  '--out', llamaFile,
+]);
+const llamaNative = JSON.parse(await readFile(llamaFile, 'utf8'));
 
-  const hardwareThreads = native.environment.threads;
-  for (const threads of [...new Set([1, hardwareThreads])]) {
-    log(`wllama, ${threads} thread(s)`);
-    const peer = await newPage(browser);
-    await peer.goto(`${server.url}peers/wllama.html`);
-    await peer.waitForFunction(() => window.peerReady === true);
-    peers.push(
-      await peer.evaluate((o) => window.runWllama(o), {
-        modelUrl: '/router/models/SmolLM2-135M-Instruct.Q4_1.gguf',
-        threads,
-        prompts,
-        warmup: Number(args['peer-warmup']),
-        iterations: Number(args['peer-iterations']),
-      }),
-    );
-    await peer.context().close();
+// Browser: one Chromium; the site served cross-origin isolated (our threads
+// build, wllama's threads) and, on a second origin, not isolated (our
+// single-thread build, as on a foreign site).
+const mounts = { '/peers/': join(root, 'tests', 'peers'), '/peer-models/': work };
+const isolated = await serve(site, 0, { mounts, crossOriginIsolated: true });
+const plain = await serve(site, 0, { mounts, crossOriginIsolated: false });
+const browser = await launch();
+const oursBrowser = [];
+let oursGemm;
+const wllama = [];
+try {
+  for (const [server, build] of [[isolated, 'threads'], [plain, 'single-thread']]) {
+    for (const precision of precisions) {
+      log(`our router page, ${build} build, ${precision}`);
+      const page = await newPage(browser, { acceptDownloads: true });
+      const report = await runPageBench(page, server.url, { lengths: args.lengths, warmup: args.warmup, iterations: args.iterations, precision, out: join(work, `browser.${build}.${precision}.json`), log });
+      if ((build === 'threads') !== report.environment.cross_origin_isolated) throw new Error(`the ${build} run's page was ${report.environment.cross_origin_isolated ? '' : 'not '}cross-origin isolated`);
+      if (build === 'threads' && precision === precisions[0]) oursGemm = await pageGemmProbe(page);
+      oursBrowser.push({ build, precision, threads: report.environment.threads, report });
+      await page.context().close();
+    }
+  }
+  for (const quant of quants) {
+    for (const threads of threadCounts) {
+      for (const flash of flashModes) {
+        log(`wllama, ${quant}, ${threads} thread(s), flash attention ${flash}`);
+        const peer = await newPage(browser);
+        await peer.goto(`${isolated.url}peers/wllama.html`);
+        await peer.waitForFunction(() => window.peerReady === true);
+        const result = await peer.evaluate((o) => window.runWllama(o), {
+          modelUrl: `/peer-models/${modelFile[quant]}`,
+          threads,
+          flashAttention: flash === 'on',
+          prompts,
+          warmup: Number(args['peer-warmup']),
+          iterations: Number(args['peer-iterations']),
+        });
+        wllama.push({ quant, flash_attention: flash === 'on', ...result });
+        await peer.context().close();
+      }
+    }
   }
 } finally {
   await browser.close();
-  await server.close();
+  await isolated.close();
+  await plain.close();
 }
 
-// The table and the ratios, from this one run.
+// Every configuration as one row: its warm p50 and cold call per length.
 const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   const m = (s.length - 1) / 2;
   return (s[Math.floor(m)] + s[Math.ceil(m)]) / 2;
 };
-const p95 = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const pos = 0.95 * (s.length - 1);
-  return s[Math.floor(pos)] + (s[Math.ceil(pos)] - s[Math.floor(pos)]) * (pos - Math.floor(pos));
-};
-const fmt = (ms) => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(0)} ms`);
-const rows = lengths.map((tokens) => {
-  const o = ours.results.find((r) => r.prompt_tokens === tokens);
-  const n = native.results.find((r) => r.prompt_tokens === tokens);
-  const w = peers.map((p) => p.results.find((r) => r.tokens === tokens));
-  const wllamaP50 = w.map((r) => median(r.warm_ms));
-  const best = Math.min(...wllamaP50);
-  const flops = nativeGemm.prefill_flops[String(tokens)];
-  return {
-    prompt_tokens: tokens,
-    prefill_gflop: flops / 1e9,
-    ours_cold_ms: o.cold_ms,
-    ours_p50_ms: o.warm.p50,
-    ours_p95_ms: o.warm.p95,
-    ours_gflops: flops / o.warm.p50 / 1e6,
-    wllama: peers.map((p, i) => ({ threads: p.threads, cold_ms: w[i].cold_ms, p50_ms: wllamaP50[i], p95_ms: p95(w[i].warm_ms), prompt_tokens_llamacpp: w[i].prompt_tokens_llamacpp })),
-    wllama_best_p50_ms: best,
-    native_cold_ms: n.cold_ms,
-    native_p50_ms: n.warm.p50,
-    ratio_vs_wllama: o.warm.p50 / best,
-    ours_cold_over_warm: o.cold_ms / o.warm.p50,
-    ours_share_of_wasm_gemm: flops / o.warm.p50 / 1e6 / oursGemm.gflops,
-    native_gemm_floor_ms: flops / nativeGemm.probe.gflops / 1e6,
-    native_over_floor: n.warm.p50 / (flops / nativeGemm.probe.gflops / 1e6),
-  };
+const oursRow = (engine, build, precision, threads, results) => ({
+  engine,
+  label: `ours · ${build} · ${precision}`,
+  build,
+  precision,
+  threads,
+  lengths: Object.fromEntries(lengths.map((t) => {
+    const r = results.find((x) => x.prompt_tokens === t);
+    return [t, { cold_ms: r.cold_ms, p50_ms: r.warm.p50 }];
+  })),
 });
-const holds = (subset, test) => (subset.length === 0 ? 'not measured' : subset.every(test) ? 'met' : 'not met');
+const peerRow = (engine, label, extra, results) => ({
+  engine,
+  label,
+  ...extra,
+  lengths: Object.fromEntries(lengths.map((t) => {
+    const r = results.find((x) => x.tokens === t);
+    return [t, { cold_ms: r.cold_ms, p50_ms: median(r.warm_ms), prompt_tokens_llamacpp: r.prompt_tokens_llamacpp }];
+  })),
+});
+const configurations = [
+  ...oursBrowser.map((o) => oursRow('ours-browser', o.build, o.precision, o.threads, o.report.results)),
+  ...precisions.map((p) => oursRow('ours-native', 'native bench-decide', p, oursNative[p].environment.threads, oursNative[p].results)),
+  ...wllama.map((w) => peerRow('wllama', `wllama · ${w.quant} · ${w.threads}T · FA ${w.flash_attention ? 'on' : 'off'}`, { quant: w.quant, threads: w.threads, flash_attention: w.flash_attention, load_ms: w.loadMs, cross_origin_isolated: w.crossOriginIsolated }, w.results)),
+  ...llamaNative.runs.map((r) => peerRow('llama.cpp', `llama.cpp native · ${r.quant} · ${r.threads}T · FA ${r.flash_attention ? 'on' : 'off'}`, { quant: r.quant, threads: r.threads, flash_attention: r.flash_attention }, r.results)),
+];
+
+// The targets: ours (the product's default precision first) against the
+// best configuration of the named peer at each length.
+const fastest = (rows, tokens) => rows.reduce((best, r) => (!best || r.lengths[tokens].p50_ms < best.lengths[tokens].p50_ms ? r : best), null);
+const of = (engine, filter = () => true) => configurations.filter((c) => c.engine === engine && filter(c));
+const comparisons = [
+  { name: 'browser threads build ÷ wllama best', limit: 0.1, ours: of('ours-browser', (c) => c.build === 'threads'), peers: of('wllama') },
+  { name: 'browser single-thread build (not isolated) ÷ wllama best single-thread', limit: 0.2, ours: of('ours-browser', (c) => c.build === 'single-thread'), peers: of('wllama', (c) => c.threads === 1) },
+  { name: `native bench-decide ÷ llama.cpp native best at ${hardwareThreads} threads`, limit: 1.0, ours: of('ours-native'), peers: of('llama.cpp', (c) => c.threads === hardwareThreads) },
+  { name: 'browser threads build ÷ llama.cpp native best', limit: 3.0, ours: of('ours-browser', (c) => c.build === 'threads'), peers: of('llama.cpp') },
+];
+const targetLengths = lengths.filter((t) => t === 256 || t === 1024);
+const ratios = comparisons.flatMap((c) => c.ours.map((o) => ({
+  target: c.name,
+  limit: c.limit,
+  ours: o.label,
+  by_length: Object.fromEntries(lengths.map((t) => {
+    const best = fastest(c.peers, t);
+    return [t, best ? { best_peer: best.label, best_peer_p50_ms: best.lengths[t].p50_ms, ours_p50_ms: o.lengths[t].p50_ms, ratio: o.lengths[t].p50_ms / best.lengths[t].p50_ms } : null];
+  })),
+})));
+// A target whose lengths were not measured is "not measured", never met.
+const verdict = (r) => (targetLengths.length === 0 || targetLengths.some((t) => !r.by_length[t]) ? 'not measured' : targetLengths.every((t) => r.by_length[t].ratio <= r.limit) ? 'met' : 'not met');
+const coldRatios = configurations.filter((c) => c.engine.startsWith('ours')).map((c) => ({
+  ours: c.label,
+  by_length: Object.fromEntries(lengths.map((t) => [t, c.lengths[t].cold_ms / c.lengths[t].p50_ms])),
+}));
+
 const report = {
-  schema: 'workbench.peers/1',
+  schema: 'workbench.peers/2',
   started: new Date().toISOString(),
   protocol: {
     lengths,
-    ours: { warmup: Number(args.warmup), iterations: Number(args.iterations) },
-    wllama: { warmup: Number(args['peer-warmup']), iterations: Number(args['peer-iterations']), note: 'fewer iterations: the peer is slow' },
+    ours: { precisions, warmup: Number(args.warmup), iterations: Number(args.iterations) },
+    peers: { quants, threads: threadCounts, flash_attention: flashModes, warmup: Number(args['peer-warmup']), iterations: Number(args['peer-iterations']), note: 'fewer iterations: the peers are slow; the Q4_0 and Q8_0 copies are made from the bundled Q4_1 file by llama.cpp\'s quantizer at bench time' },
   },
-  environment: { browser: ours.environment.user_agent, hardware_concurrency: ours.environment.hardware_concurrency, cpu: native.environment.cpu_model, git_revision: native.environment.git_revision },
+  environment: {
+    browser: oursBrowser[0].report.environment.user_agent,
+    hardware_concurrency: hardwareThreads,
+    cpu: oursNative[precisions[0]].environment.cpu_model,
+    git_revision: oursNative[precisions[0]].environment.git_revision,
+    native_peer: llamaNative.binaries,
+  },
   gemm: { wasm_gflops: oursGemm.gflops, wasm_line: oursGemm.line, native: nativeGemm.probe },
-  wllama_load_ms: peers.map((p) => ({ threads: p.threads, load_ms: p.loadMs, cross_origin_isolated: p.crossOriginIsolated })),
-  ours_load: ours.load,
-  rows,
-  // A target whose lengths were not measured is "not measured", never met.
-  targets: {
-    'ours p50 ≤ 0.2 × wllama best at 256 and 1,024 tokens': holds(rows.filter((r) => r.prompt_tokens === 256 || r.prompt_tokens === 1024), (r) => r.ratio_vs_wllama <= 0.2),
-    'ours at 1,024 tokens ≥ 50 % of the wasm GEMM rate': holds(rows.filter((r) => r.prompt_tokens === 1024), (r) => r.ours_share_of_wasm_gemm >= 0.5),
-    'our first call ≤ 1.2 × our warm p50 at every length': holds(rows, (r) => r.ours_cold_over_warm <= 1.2),
-    'native p50 at 1,024 tokens ≤ 2 × the GEMM floor': holds(rows.filter((r) => r.prompt_tokens === 1024), (r) => r.native_over_floor <= 2),
-  },
+  prefill_gflop: Object.fromEntries(lengths.map((t) => [t, nativeGemm.prefill_flops[String(t)] / 1e9])),
+  ours_load: Object.fromEntries(oursBrowser.map((o) => [`${o.build}.${o.precision}`, o.report.load])),
+  configurations,
+  targets: [
+    ...ratios.map((r) => ({ ...r, verdict: verdict(r) })),
+    ...coldRatios.map((c) => ({ target: 'first (cold) call ≤ 1.2 × warm p50 at every length', limit: 1.2, ours: c.ours, by_length: c.by_length, verdict: Object.values(c.by_length).every((x) => x <= 1.2) ? 'met' : 'not met' })),
+  ],
 };
 await writeFile(join(root, args.out), JSON.stringify(report, null, 2));
 
-const header = ['tokens', 'ours cold', 'ours p50', ...peers.map((p) => `wllama ${p.threads}T p50`), 'ours ÷ wllama best', 'ours GFLOP/s (% wasm GEMM)', 'native p50', 'native ÷ GEMM floor'];
-const table = [header, ...rows.map((r) => [
-  String(r.prompt_tokens),
-  fmt(r.ours_cold_ms),
-  fmt(r.ours_p50_ms),
-  ...r.wllama.map((w) => fmt(w.p50_ms)),
-  `${r.ratio_vs_wllama.toFixed(2)}×`,
-  `${r.ours_gflops.toFixed(1)} (${(100 * r.ours_share_of_wasm_gemm).toFixed(0)} %)`,
-  fmt(r.native_p50_ms),
-  `${r.native_over_floor.toFixed(2)}×`,
-])];
-console.log(table.map((r) => `| ${r.join(' | ')} |`).join('\n'));
-console.log(`\nwasm GEMM (page probe): ${oursGemm.gflops.toFixed(1)} GFLOP/s; native GEMM: ${nativeGemm.probe.gflops.toFixed(1)} GFLOP/s.`);
-console.log(`ours: ${args.warmup} warm-up(s), ${args.iterations} iterations; wllama: ${args['peer-warmup']} warm-up(s), ${args['peer-iterations']} iterations (the peer is slow).`);
-for (const [target, verdict] of Object.entries(report.targets)) console.log(`${verdict.padEnd(12)}  ${target}`);
+const fmt = (ms) => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(0)} ms`);
+const table = (header, rows) => [header, header.map(() => '---'), ...rows].map((r) => `| ${r.join(' | ')} |`).join('\n');
+console.log('Every configuration, warm p50 (first call):\n');
+console.log(table(['configuration', ...lengths.map((t) => `${t} tokens`)], configurations.map((c) => [c.label, ...lengths.map((t) => `${fmt(c.lengths[t].p50_ms)} (${fmt(c.lengths[t].cold_ms)})`)])));
+console.log('\nTargets, warm p50 ratios against the best peer configuration per length:\n');
+console.log(table(['target', 'ours', ...lengths.map((t) => `${t} tokens`), 'verdict'], report.targets.filter((r) => r.target.includes('÷')).map((r) => [
+  `${r.target} ≤ ${r.limit}×`,
+  r.ours,
+  ...lengths.map((t) => (r.by_length[t] ? `${r.by_length[t].ratio.toFixed(2)}× (${r.by_length[t].best_peer})` : '–')),
+  r.verdict,
+])));
+console.log('\nFirst call over warm p50 (ours):\n');
+console.log(table(['ours', ...lengths.map((t) => `${t} tokens`), 'verdict'], report.targets.filter((r) => !r.target.includes('÷')).map((r) => [r.ours, ...lengths.map((t) => `${r.by_length[t].toFixed(2)}`), r.verdict])));
+console.log(`\nwasm GEMM (page probe, threads build, ${precisions[0]}): ${oursGemm.gflops.toFixed(1)} GFLOP/s; native GEMM (f32): ${nativeGemm.probe.gflops.toFixed(1)} GFLOP/s.`);
+// Each of our configurations' prefill rate at the longest length, against
+// its GEMM probe: how close the whole prefill gets to its matmul.
+const longest = lengths[lengths.length - 1];
+// (The page's probe ran in the threads build at the first precision, the
+// native one at f32.)
+for (const c of configurations.filter((x) => x.engine.startsWith('ours'))) {
+  const rate = report.prefill_gflop[longest] / c.lengths[longest].p50_ms * 1e3;
+  const probe =
+    c.engine === 'ours-native' && c.precision === 'f32' ? nativeGemm.probe.gflops : c.build === 'threads' && c.precision === precisions[0] ? oursGemm.gflops : null;
+  console.log(`${c.label}: ${rate.toFixed(1)} GFLOP/s at ${longest} tokens${probe ? ` (${(100 * rate / probe).toFixed(0)} % of the GEMM probe of that build and precision)` : ''}`);
+}
+console.log(`ours: ${args.warmup} warm-up(s), ${args.iterations} iterations; peers: ${args['peer-warmup']} warm-up(s), ${args['peer-iterations']} iterations.`);
 console.log(`wrote ${args.out}`);

@@ -13,7 +13,7 @@
 
 #![allow(unsafe_code)]
 
-use crate::kernels::{gemm_panel, NR};
+use crate::kernels::{gemm_panel, Store, NR};
 use crate::parallel::{self, SharedMut};
 use crate::segment::KvPiece;
 
@@ -95,7 +95,6 @@ unsafe fn query_block(
     let ld = s.heads * d;
     let m = rows.len();
     let panels = m.div_ceil(NR);
-    let mp = panels * NR;
     // Key positions [lo, hi) that some row of the block sees.
     let (lo, hi) = (s.first_visible(s.start + rows.start), s.start + rows.end);
     let visible = hi - lo;
@@ -110,43 +109,49 @@ unsafe fn query_block(
         }
     }
 
-    // Scores transposed, `[visible × mp]`: keys are rows, so each piece's
-    // keys are read in place as the kernel's A.
-    let mut scores_t = vec![0f32; visible * mp];
+    // Scores as row-major weights `[m × ldw]`, a row per query: each
+    // piece's keys are the kernel's A, read in place, and its tiles are
+    // stored transposed. The row stride is padded past a multiple of 16
+    // floats: at 1,024 visible keys an unpadded row is 4 KiB, so the eight
+    // rows a tile touches, and the eight A rows the values product reads,
+    // fall in one L1 set and evict each other.
+    let ldw = visible.next_multiple_of(16) + 16;
+    let mut weights = vec![0f32; m * ldw];
     for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
         let keys = &piece.keys[(g * piece.head_rows + first_row) * d..][..count * d];
         for p in 0..panels {
-            // SAFETY: `scores_t` has rows at..at + count of mp values, and
-            // columns p·NR..p·NR + NR < mp.
-            unsafe { gemm_panel(keys, d, count, d, &packed[p * d * NR..], NR, scores_t.as_mut_ptr().add(at * mp + p * NR), mp, NR, false) };
+            // SAFETY: `weights` has m rows of ldw ≥ visible values; this
+            // writes rows p·NR..p·NR + cols < m, columns at..at + count ≤ visible.
+            unsafe {
+                gemm_panel(
+                    keys,
+                    d,
+                    count,
+                    d,
+                    &packed[p * d * NR..],
+                    NR,
+                    weights.as_mut_ptr().add(p * NR * ldw + at),
+                    ldw,
+                    NR.min(m - p * NR),
+                    Store::Transposed,
+                )
+            };
         }
     });
-
-    // Transposed once into row-major weights `[m × visible]` (reading the
-    // scores in order), so the softmax runs over contiguous rows: reading a
-    // row straight out of `scores_t` strides 32 floats per key and made a
-    // 1,024-token prefill 12 % slower.
-    let mut weights = vec![0f32; m * visible];
-    for (j, scores) in scores_t.chunks_exact(mp).enumerate() {
-        for (r, &score) in scores[..m].iter().enumerate() {
-            weights[r * visible + j] = score;
-        }
-    }
-    // Softmax per query row; keys a row may not see get weight 0.
-    for (r, row) in weights.chunks_exact_mut(visible).enumerate() {
+    // Softmax per query row; keys a row may not see get weight 0. Its max,
+    // exponentials and sum are three passes over the row rather than one:
+    // a running maximum or sum is a serial chain of float operations that
+    // the compiler may not reorder, so a fused loop stayed scalar (with the
+    // old transpose pass, most of the 61 % of the attention's time a profile
+    // at 1,024 tokens found outside the matrix products), while each pass
+    // alone vectorises.
+    for (r, row) in weights.chunks_exact_mut(ldw).enumerate() {
+        let row = &mut row[..visible];
         let pos = s.start + rows.start + r;
         let seen = s.first_visible(pos) - lo..pos + 1 - lo;
         row[..seen.start].fill(0.0);
         row[seen.end..].fill(0.0);
-        let seen = &mut row[seen];
-        let max = seen.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) * scale;
-        let mut sum = 0.0f32;
-        for score in seen.iter_mut() {
-            *score = exp(*score * scale - max);
-            sum += *score;
-        }
-        let inv = 1.0 / sum;
-        seen.iter_mut().for_each(|x| *x *= inv);
+        softmax(&mut row[seen], scale);
     }
 
     // Weighted values: the weights' columns for a piece times its value
@@ -158,11 +163,11 @@ unsafe fn query_block(
         for panel in 0..width / NR {
             let cols = NR.min(d - panel * NR);
             // SAFETY: per this function's contract; `weights` has m rows of
-            // `visible` values, of which columns at..at + count are read.
+            // `ldw` ≥ `visible` values, of which columns at..at + count are read.
             unsafe {
                 gemm_panel(
                     &weights[at..],
-                    visible,
+                    ldw,
                     m,
                     count,
                     &values[panel * NR..],
@@ -170,12 +175,71 @@ unsafe fn query_block(
                     out.add(rows.start * ld + h * d + panel * NR),
                     ld,
                     cols,
-                    !first,
+                    if first { Store::Overwrite } else { Store::Accumulate },
                 )
             };
         }
         first = false;
     });
+}
+
+/// What [`probe`] measured: one layer's causal attention of `tokens` new
+/// tokens against themselves, the prefill's attention stage alone.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AttentionProbe {
+    pub tokens: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub repeats: usize,
+    pub best_ms: f64,
+    pub median_ms: f64,
+    /// The causal work (4·d operations per visible query–key pair and head:
+    /// scores, then weights × values) over the best repeat.
+    pub gflops: f64,
+}
+
+/// Operations of one causal attention call: 4·d per visible pair per head.
+pub fn causal_flops(s: Shape) -> f64 {
+    let pairs: usize = (0..s.tokens).map(|i| s.start + i + 1 - s.first_visible(s.start + i)).sum();
+    4.0 * (pairs * s.heads * s.head_dim) as f64
+}
+
+/// Times [`causal`] on varied data of shape `s` (one piece, as a prefill
+/// from scratch has), so the attention stage's rate can be compared with
+/// the projections' GEMM probe on the same device.
+pub fn probe(s: Shape, repeats: usize) -> AttentionProbe {
+    let d = s.head_dim;
+    let total = s.start + s.tokens;
+    let width = d.div_ceil(NR) * NR;
+    let q = crate::kernels::xorshift_values(s.tokens * s.heads * d, 1);
+    let keys = crate::kernels::xorshift_values(s.kv_heads * total * d, 2);
+    let values = crate::kernels::xorshift_values(s.kv_heads * total * width, 3);
+    let pieces = [KvPiece { keys: &keys, values: &values, head_rows: total, rows: 0..total }];
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut out = vec![0f32; s.tokens * s.heads * d];
+    // One untimed call: the first allocates.
+    causal(&q, &pieces, s, scale, &mut out);
+    let mut times: Vec<f64> = (0..repeats.max(1))
+        .map(|_| {
+            let started = web_time::Instant::now();
+            causal(&q, &pieces, s, scale, &mut out);
+            std::hint::black_box(&out);
+            started.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let best_ms = times[0].max(1e-3);
+    AttentionProbe {
+        tokens: s.tokens,
+        heads: s.heads,
+        kv_heads: s.kv_heads,
+        head_dim: d,
+        repeats: times.len(),
+        best_ms,
+        median_ms: times[times.len() / 2],
+        gflops: causal_flops(s) / best_ms / 1e6,
+    }
 }
 
 /// Calls `f(piece, first_row, count, at)` for each piece's part inside key
@@ -192,27 +256,72 @@ fn for_each_overlap(pieces: &[KvPiece<'_>], lo: usize, hi: usize, mut f: impl Fn
     }
 }
 
+/// `row ← softmax(row · scale)` in place. Natively the same code is also
+/// compiled for AVX2 (eight lanes instead of SSE2's four) and chosen at run
+/// time, as the matmul kernels are; wasm32 has SIMD128 only.
+fn softmax(row: &mut [f32], scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::avx2::available() {
+        // SAFETY: the CPU has AVX2 and FMA (just detected).
+        unsafe { softmax_avx2(row, scale) };
+        return;
+    }
+    softmax_body(row, scale);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_avx2(row: &mut [f32], scale: f32) {
+    softmax_body(row, scale);
+}
+
+#[inline(always)]
+fn softmax_body(row: &mut [f32], scale: f32) {
+    let max = lanes(row, f32::NEG_INFINITY, f32::max) * scale;
+    row.iter_mut().for_each(|x| *x = exp(*x * scale - max));
+    let inv = 1.0 / lanes(row, 0.0, |a, b| a + b);
+    row.iter_mut().for_each(|x| *x *= inv);
+}
+
+/// Folds `values` with `f` in 16 independent lanes, then the lanes: the
+/// shape that vectorises (a single running accumulator is a serial chain).
+#[inline(always)]
+fn lanes(values: &[f32], start: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [start; 16];
+    let chunks = values.chunks_exact(16);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        acc.iter_mut().zip(chunk).for_each(|(a, &x)| *a = f(*a, x));
+    }
+    rest.iter().fold(acc.into_iter().fold(start, &f), |a, &x| f(a, x))
+}
+
 /// `e^x` for the softmax's arguments (≤ 0), to about 2 ulp: x = n·ln 2 + r
 /// with |r| ≤ ln 2 / 2, a degree-6 polynomial for e^r, and 2^n built in the
 /// exponent bits. Branch-free, so a loop over it vectorises; arguments below
 /// −87 give e^−87 (≈ 1.6e−38), which next to the row maximum's e^0 = 1 is
 /// the same as the true value's underflow.
-#[inline]
+#[inline(always)]
 pub fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
+    // Rounding to nearest by adding 1.5·2²³: the sum's low mantissa bits
+    // then hold the integer n (|n| ≤ 127 here) in two's complement, so n
+    // comes out as a float (subtracting the constant again) and, for 2^n,
+    // as an integer (the sum's bits minus the constant's) with no
+    // float-to-int conversion. Rust's `as i32` saturates and maps NaN to 0,
+    // which x86 has no vector instruction for: with it the loop was
+    // scalar natively.
+    const SHIFT: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    // round(y) as floor(y + 0.5), and floor as a truncating conversion of a
-    // value shifted positive (y + 0.5 + 128 > 0 on the clamped range): one
-    // instruction on every target (i32x4.trunc_sat_f32x4_s in simd128,
-    // cvttps2dq natively), where round() and floor() are libm calls on
-    // baseline x86_64 and stop the loop from vectorising.
-    let n = ((x * std::f32::consts::LOG2_E + 128.5) as i32 - 128) as f32;
+    let t = x * std::f32::consts::LOG2_E + SHIFT;
+    let n = t - SHIFT;
     let r = (x - n * LN2_HI) - n * LN2_LO;
     // Taylor coefficients 1/k! up to k = 6: on |r| ≤ 0.347 the truncation
     // error is below 1e-8 relative.
     let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    let bits = ((n as i32 + 127) << 23) as u32;
+    // n + 127 ∈ [1, 254] on the clamped range: a normal float's exponent.
+    let bits = t.to_bits().wrapping_sub(SHIFT.to_bits()).wrapping_add(127) << 23;
     p * f32::from_bits(bits)
 }
 

@@ -28,8 +28,9 @@ pub fn block_shape(dtype: GgmlDType) -> Option<(usize, usize)> {
     }
 }
 
+/// The little-endian IEEE half at `at`, widened exactly.
 fn half(bytes: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+    half::f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()
 }
 
 /// A k-quant's 6-bit scale and minimum number `j` (ggml's `get_scale_min_k4`).
@@ -230,39 +231,11 @@ pub fn affine_row(dtype: GgmlDType, blocks: &[u8], q: &mut [u8], scales: &mut [f
     true
 }
 
-/// IEEE half to single precision, exactly (subnormals, infinities, NaN).
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h & 0x8000) as u32) << 16;
-    let exponent = ((h >> 10) & 0x1f) as u32;
-    let mantissa = (h & 0x3ff) as u32;
-    let bits = match (exponent, mantissa) {
-        (0, 0) => sign,
-        (0, _) => {
-            // Subnormal half: value = mantissa × 2^-24, normal in f32.
-            let value = mantissa as f32 * (1.0 / 16_777_216.0);
-            return if sign != 0 { -value } else { value };
-        }
-        (0x1f, _) => sign | 0x7f80_0000 | (mantissa << 13),
-        _ => sign | ((exponent + 112) << 23) | (mantissa << 13),
-    };
-    f32::from_bits(bits)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use candle_core::quantized::QTensor;
     use candle_core::{Device, Tensor};
-
-    #[test]
-    fn half_precision_matches_the_half_crate_semantics_on_every_value() {
-        // Spot values with known f32 images.
-        assert_eq!(f16_to_f32(0x3c00), 1.0);
-        assert_eq!(f16_to_f32(0xc000), -2.0);
-        assert_eq!(f16_to_f32(0x0001), 5.960_464_5e-8);
-        assert_eq!(f16_to_f32(0x7bff), 65504.0);
-        assert!(f16_to_f32(0x7c00).is_infinite() && f16_to_f32(0x7e00).is_nan());
-    }
 
     #[test]
     fn rows_decode_to_candles_values_bit_for_bit() {

@@ -17,14 +17,22 @@
 //! activations, so it is a small f32 GEMM (`k / 32` wide, on
 //! [`crate::kernels::Packed`]) added first. Since `q` is unsigned and below
 //! 128 it is the unsigned operand every integer dot instruction wants:
-//! wasm relaxed-SIMD's `i32x4.relaxed_dot_i8x16_i7x16_add_s` (deterministic
+//! wasm relaxed-SIMD's `i16x8.relaxed_dot_i8x16_i7x16_s` (deterministic
 //! only for operands below 128), x86's `vpmaddubsw` (its i16 pair sums
-//! stay below 2 × 63 × 128, so never saturate).
+//! stay below 2 × 63 × 127, so never saturate, and two of them still fit
+//! an i16).
+//!
+//! The weight's bytes sit in panels of 8 rows interleaved 4 values at a
+//! time ([`IntPacked`]), so each dot instruction sums 4 values of 8 (AVX2)
+//! or 4 (SIMD128) weight rows into one i32 lane each against a broadcast of
+//! the activation row's 4 values, and the per-block conversion and scaling
+//! cost one vector operation per 8 (or 4) weight rows instead of a
+//! horizontal sum and a multiply–add per row.
 //!
 //! Kernels: AVX2 natively (detected at run time; this machine has no
 //! VNNI, so `vpdpbusd` variants are not written: they could not be tested
-//! here), relaxed-SIMD's dot in the threads build, plain SIMD128 widening to
-//! i16 in the single-thread build, and plain Rust elsewhere (also the
+//! here), relaxed-SIMD's dot in the threads build, plain SIMD128 i16
+//! products in the single-thread build, and plain Rust elsewhere (also the
 //! reference the others are tested against).
 
 #![allow(unsafe_code)]
@@ -35,9 +43,16 @@ use crate::parallel;
 /// Values per activation block (one scale each).
 pub const BLOCK: usize = 32;
 
-/// Activation rows per register tile, and weight rows per tile.
+/// Activation rows per strip (the kernels' register tile is `R × PANEL`).
 const R: usize = 4;
-const C: usize = 2;
+
+/// Weight rows per panel: one i32 lane each in an AVX2 vector, two
+/// SIMD128 vectors' worth.
+const PANEL: usize = 8;
+
+/// Values one lane's dot sums per step (what `vpmaddubsw` + `vpmaddwd`,
+/// or relaxed SIMD's dot, sum into one i32).
+const STEP: usize = 4;
 
 /// Which integer kernel this build and CPU run, for reports and the page.
 pub fn kernel_name() -> &'static str {
@@ -98,7 +113,16 @@ impl Activations {
                         let y = v * inverse;
                         *q = (y + 0.5f32.copysign(y)) as i8;
                     });
-                    *scale = amax / 127.0;
+                    // The scale rounded to f16, as ggml's Q8_0 and Q8_1
+                    // blocks store it. Not for precision (f32 is finer) but
+                    // so that our 8-bit rounding is llama.cpp's own, not
+                    // merely the same kind: each product's error was already
+                    // candle's and llama.cpp's, yet with f32 scales the
+                    // roundings drifted apart over 30 layers and one
+                    // reference text's last token ended at cosine 0.9981
+                    // from llama.cpp's (0.9992 with f16 scales, 0.9994 for
+                    // candle's quantized matmul, which stores f16 too).
+                    *scale = half::f16::from_f32(amax / 127.0).to_f32();
                 }
                 for (g, (sum, qg)) in sums.iter_mut().zip(qs.chunks_exact(group)).enumerate() {
                     *sum = scales[g * group / BLOCK] * qg.iter().map(|&v| v as i32).sum::<i32>() as f32;
@@ -117,49 +141,71 @@ impl Activations {
         &self.meta[r * self.meta_row()..][..self.k / BLOCK]
     }
 
-    /// Every row's group sums, `[m × k / group]`, for the minimums' product.
-    fn sums(&self) -> Vec<f32> {
-        self.meta.chunks_exact(self.meta_row()).flat_map(|row| &row[self.k / BLOCK..]).copied().collect()
+    /// Every row's group sums as `[m × k / group]` at row stride `lda`
+    /// (they sit after each row's scales), for the minimums' product to
+    /// read in place.
+    fn sums(&self) -> (&[f32], usize) {
+        (&self.meta[self.k / BLOCK..], self.meta_row())
     }
 }
 
 /// A weight `[n × k]` repacked for the integer kernels: one unsigned byte
-/// per value (≤ 63), a scale per `group` values, and the minimums as a
-/// packed f32 matrix `[n × k / group]`.
+/// per value (≤ 63) in panels of [`PANEL`] rows, a scale per `group`
+/// values, and the minimums as a packed f32 matrix `[n × k / group]`.
+///
+/// Within a panel the rows are interleaved [`STEP`] values at a time: step
+/// `s` holds values `4s..4s + 4` of each of the panel's 8 rows, 32 bytes
+/// side by side. A dot instruction then sums each row's 4 values into its
+/// own i32 lane, so one instruction serves 8 weight rows against one
+/// activation row's 4 values (broadcast), and a block's 8 per-row dots come
+/// out as one vector: converted to f32 and scaled once per block for the 8
+/// rows, where a row-at-a-time layout ends each block with a horizontal
+/// sum, a conversion and a multiply–add per weight row (llama.cpp's
+/// repacked `Q4_0` layouts rest on the same observation).
 pub struct IntPacked {
     pub n: usize,
     pub k: usize,
     /// Values per scale: 32, or 16 for Q6_K.
     pub group: usize,
+    /// `[⌈n / PANEL⌉ × k / STEP × PANEL × STEP]`; rows past `n` are zero.
     q: Vec<u8>,
-    /// `[n × k / group]`.
+    /// `[⌈n / PANEL⌉ × k / group × PANEL]`: each group's scales for the
+    /// panel's rows side by side (zero past `n`).
     scales: Vec<f32>,
     mins: Packed,
 }
 
 impl IntPacked {
     /// Repacks from a row decoder: `row(r, q, scales, mins)` fills row `r`'s
-    /// `k` values and `k / group` scales and minimums. Rows are decoded on
-    /// the pool's threads.
+    /// `k` values and `k / group` scales and minimums. Panels are decoded on
+    /// the pool's threads, each through one row's scratch: no row-major
+    /// copy of the weight exists beside the panels.
     pub fn from_row_fn(n: usize, k: usize, group: usize, row: impl Fn(usize, &mut [u8], &mut [f32], &mut [f32]) + Sync) -> IntPacked {
         assert!(k.is_multiple_of(BLOCK) && (group == 16 || group == 32), "[{n} × {k}] in groups of {group}");
-        let groups = k / group;
-        // Scales and minimums side by side per row while decoding.
-        let (mut q, mut meta) = (vec![0u8; n * k], vec![0f32; n * 2 * groups]);
-        parallel::for_each_rows_mut2(&mut q, k, &mut meta, 2 * groups, parallel::rows_per_task(n), |first, q_rows, meta_rows| {
-            for (i, (qr, meta)) in q_rows.chunks_exact_mut(k).zip(meta_rows.chunks_exact_mut(2 * groups)).enumerate() {
-                let (s, m) = meta.split_at_mut(groups);
-                row(first + i, qr, s, m);
+        let (panels, groups) = (n.div_ceil(PANEL), k / group);
+        // Per panel: its scales interleaved, then its rows' minimums row by row.
+        let meta_len = 2 * groups * PANEL;
+        let (mut q, mut meta) = (vec![0u8; panels * PANEL * k], vec![0f32; panels * meta_len]);
+        let per_task = (parallel::rows_per_task(n) / PANEL).max(1);
+        parallel::for_each_rows_mut2(&mut q, PANEL * k, &mut meta, meta_len, per_task, |first, q_panels, meta_panels| {
+            let (mut values, mut scales, mut mins) = (vec![0u8; k], vec![0f32; groups], vec![0f32; groups]);
+            for (i, (panel, meta)) in q_panels.chunks_exact_mut(PANEL * k).zip(meta_panels.chunks_exact_mut(meta_len)).enumerate() {
+                let (panel_scales, panel_mins) = meta.split_at_mut(groups * PANEL);
+                for lane in 0..PANEL.min(n - (first + i) * PANEL) {
+                    row((first + i) * PANEL + lane, &mut values, &mut scales, &mut mins);
+                    for (s, four) in values.chunks_exact(STEP).enumerate() {
+                        panel[(s * PANEL + lane) * STEP..][..STEP].copy_from_slice(four);
+                    }
+                    scales.iter().enumerate().for_each(|(g, &v)| panel_scales[g * PANEL + lane] = v);
+                    panel_mins[lane * groups..][..groups].copy_from_slice(&mins);
+                }
             }
         });
-        let scales = meta.chunks_exact(2 * groups).flat_map(|r| &r[..groups]).copied().collect();
-        let mins = Packed::from_row_fn(n, groups, |r, out| out.copy_from_slice(&meta[r * 2 * groups + groups..][..groups]));
+        let scales = meta.chunks_exact(meta_len).flat_map(|m| &m[..groups * PANEL]).copied().collect();
+        let mins = Packed::from_row_fn(n, groups, |r, out| {
+            out.copy_from_slice(&meta[r / PANEL * meta_len + groups * PANEL + r % PANEL * groups..][..groups]);
+        });
         IntPacked { n, k, group, q, scales, mins }
-    }
-
-    /// Bytes held (values, scales and the packed minimums).
-    pub fn bytes(&self) -> usize {
-        self.q.len() + 4 * self.scales.len() + 4 * self.mins.n.div_ceil(crate::kernels::NR) * crate::kernels::NR * self.mins.k
     }
 
     /// `x` is `[m × k]` f32; returns `[m × n]`: `x` quantized per block
@@ -179,20 +225,21 @@ impl IntPacked {
         assert_eq!(acts.k, self.k, "activations of width {} for a weight of width {}", acts.k, self.k);
         // Σ min · sum first: a [m × k/group] · [n × k/group]ᵀ f32 product.
         assert_eq!(acts.group, self.group, "sums per {} values for a weight scaled per {}", acts.group, self.group);
-        let mut c = self.mins.matmul(&acts.sums(), m);
+        let (sums, lda) = acts.sums();
+        let mut c = self.mins.matmul_strided(sums, lda, m);
         if m == 0 || n == 0 {
             return c;
         }
         let threads = parallel::threads();
         if m >= 2 * R * threads || threads == 1 {
             // Long prompts: each task owns whole rows of C (a safe split),
-            // and streams every weight tile past its rows.
+            // and streams every weight panel past its rows.
             let rows = m.div_ceil(threads * 2).next_multiple_of(R).max(R);
             parallel::for_each_rows_mut(&mut c, n, rows, |first, out| self.product_rows(acts, first, out.len() / n, 0..n, out, n, strip));
         } else {
-            // Short prompts: split the weight's rows (C's columns) so every
-            // thread works; each task fills its own [m × columns] block,
-            // copied into C afterwards.
+            // Short prompts: split the weight's panels (C's columns) so
+            // every thread works; each task fills its own [m × columns]
+            // block, copied into C afterwards.
             let (width, parts) = column_split(n, threads);
             let mut blocks = vec![0f32; parts.len() * m * width];
             parallel::for_each_rows_mut(&mut blocks, m * width, 1, |t, out| {
@@ -208,9 +255,9 @@ impl IntPacked {
     }
 
     /// Adds the integer part for activation rows `first..first + rows` and
-    /// weight rows `cols` into `out` (`rows` rows at stride `ld`, column 0 =
-    /// `cols.start`). Weight rows go in bands that stay in L2 while every
-    /// strip of `R` activation rows (in L1) passes them.
+    /// weight rows `cols` (starting on a panel) into `out` (`rows` rows at
+    /// stride `ld`, column 0 = `cols.start`). Panels go in bands that stay
+    /// in L2 while every strip of `R` activation rows (in L1) passes them.
     // A GEMM's loop: matrices, their ranges and the strip function.
     #[allow(clippy::too_many_arguments)]
     fn product_rows(
@@ -223,103 +270,92 @@ impl IntPacked {
         ld: usize,
         strip: StripFn,
     ) {
-        /// Weight rows per band: 64 × k bytes (≤ 128 KiB at k = 2,048).
-        const BAND: usize = 64;
+        /// Panels per band: 64 weight rows × k bytes (≤ 128 KiB at k = 2,048).
+        const BAND: usize = 64 / PANEL;
+        debug_assert!(cols.start.is_multiple_of(PANEL) && cols.end <= self.n);
         let k = self.k;
-        let mut band = cols.start;
-        while band < cols.end {
-            let band_cols = band..(band + BAND).min(cols.end);
+        let (first_panel, panels) = (cols.start / PANEL, cols.end.div_ceil(PANEL));
+        let mut band = first_panel;
+        while band < panels {
+            let band_panels = band..(band + BAND).min(panels);
             let mut r0 = 0;
             while r0 < rows {
                 let rn = R.min(rows - r0);
                 // A partial strip repeats its last row (in bounds, results dropped).
                 let x_rows: [usize; R] = std::array::from_fn(|i| first + r0 + i.min(rn - 1));
                 let input = Strip {
-                    blocks: k / BLOCK,
-                    halves: self.group == 16,
                     k,
-                    groups: k / self.group,
+                    group: self.group,
                     x: x_rows.map(|r| &acts.q[r * k..][..k]),
                     x_scales: x_rows.map(|r| acts.scales(r)),
-                    w: &self.q,
-                    w_scales: &self.scales,
-                    cols: band_cols.clone(),
+                    q: &self.q,
+                    scales: &self.scales,
+                    panels: band_panels.clone(),
+                    cols_end: cols.end,
                     rows: rn,
                 };
-                strip(&input, &mut out[r0 * ld + (band - cols.start)..], ld);
+                strip(&input, &mut out[r0 * ld + (band - first_panel) * PANEL..], ld);
                 r0 += rn;
             }
-            band = band_cols.end;
+            band = band_panels.end;
         }
     }
 }
 
 /// Splits `n` weight rows into at most `threads` runs of `width` (a
-/// multiple of `C`; the last may be shorter), none empty.
+/// multiple of [`PANEL`]; the last may be shorter), none empty.
 fn column_split(n: usize, threads: usize) -> (usize, Vec<std::ops::Range<usize>>) {
-    let width = n.div_ceil(threads.clamp(1, n.div_ceil(C).max(1))).next_multiple_of(C);
+    let width = n.div_ceil(threads.clamp(1, n.div_ceil(PANEL).max(1))).next_multiple_of(PANEL);
     (width, (0..n).step_by(width).map(|start| start..(start + width).min(n)).collect())
 }
 
-/// A strip: `R` activation rows (whole rows of `k = blocks × 32` values,
-/// with their scales) against the weight rows `cols` of a whole weight.
+/// A strip: `R` activation rows (whole rows of `k` values, with their
+/// block scales) against a run of the weight's panels.
 struct Strip<'a> {
-    blocks: usize,
-    /// Weight scales per 16 values (two a block) instead of per 32.
-    halves: bool,
     k: usize,
-    /// Weight scales per row.
-    groups: usize,
+    /// Values per weight scale (32, or 16).
+    group: usize,
     x: [&'a [i8]; R],
     x_scales: [&'a [f32]; R],
-    /// The weight's values, `[n × k]`, and scales, `[n × groups]`.
-    w: &'a [u8],
-    w_scales: &'a [f32],
-    cols: std::ops::Range<usize>,
+    /// The whole weight's panels and their scales (`IntPacked`'s layout).
+    q: &'a [u8],
+    scales: &'a [f32],
+    panels: std::ops::Range<usize>,
+    /// Weight rows from here on are not written (past `n`, or another
+    /// task's).
+    cols_end: usize,
     /// How many of the `R` rows are real (the rest repeat the last).
     rows: usize,
 }
 
-/// Adds a strip's products into `out`: its rows at stride `ld`, column 0 =
-/// the strip's first weight row.
-type StripFn = fn(&Strip, &mut [f32], usize);
+impl Strip<'_> {
+    fn groups(&self) -> usize {
+        self.k / self.group
+    }
 
-/// A strip as register tiles of `C` weight rows through `tile`; a partial
-/// tile repeats its last weight row (results dropped).
-fn strip_by_tiles(s: &Strip, out: &mut [f32], ld: usize, tile: fn(&TileIn, &mut [[f32; C]; R])) {
-    let mut c0 = s.cols.start;
-    while c0 < s.cols.end {
-        let cn = C.min(s.cols.end - c0);
-        let w_rows: [usize; C] = std::array::from_fn(|j| c0 + j.min(cn - 1));
-        let tile_in = TileIn {
-            blocks: s.blocks,
-            halves: s.halves,
-            x: s.x,
-            x_scales: s.x_scales,
-            w: w_rows.map(|r| &s.w[r * s.k..][..s.k]),
-            w_scales: w_rows.map(|r| &s.w_scales[r * s.groups..][..s.groups]),
-        };
-        let mut sums = [[0f32; C]; R];
-        tile(&tile_in, &mut sums);
-        for (i, sums_i) in sums.iter().enumerate().take(s.rows) {
-            let dst = &mut out[i * ld + (c0 - s.cols.start)..][..cn];
-            dst.iter_mut().zip(sums_i).for_each(|(d, v)| *d += v);
+    /// What the SIMD kernels' raw pointers rely on: the strip's panels and
+    /// their scales lie inside the weight, and every activation row holds
+    /// `k` values and `k / 32` scales.
+    fn assert_in_bounds(&self) {
+        assert!(self.panels.end * PANEL * self.k <= self.q.len() && self.panels.end * self.groups() * PANEL <= self.scales.len());
+        assert!(self.x.iter().all(|x| x.len() >= self.k) && self.x_scales.iter().all(|x| x.len() >= self.k / BLOCK));
+    }
+
+    /// Adds a panel's `R × PANEL` sums into `out` (the strip's rows at
+    /// stride `ld`, column 0 = the strip's first panel), dropping repeated
+    /// rows and rows past `cols_end`.
+    fn add_panel(&self, p: usize, sums: &[[f32; PANEL]; R], out: &mut [f32], ld: usize) {
+        let columns = PANEL.min(self.cols_end - p * PANEL);
+        for (r, sums_r) in sums.iter().enumerate().take(self.rows) {
+            let dst = &mut out[r * ld + (p - self.panels.start) * PANEL..][..columns];
+            dst.iter_mut().zip(sums_r).for_each(|(d, v)| *d += v);
         }
-        c0 += cn;
     }
 }
 
-/// One register tile's inputs: `R` activation rows and `C` weight rows,
-/// each a whole row of `k = blocks × 32` values with its scales.
-struct TileIn<'a> {
-    blocks: usize,
-    /// Weight scales per 16 values (two a block) instead of per 32.
-    halves: bool,
-    x: [&'a [i8]; R],
-    x_scales: [&'a [f32]; R],
-    w: [&'a [u8]; C],
-    w_scales: [&'a [f32]; C],
-}
+/// Adds a strip's products into `out`: its rows at stride `ld`, column 0 =
+/// the strip's first panel.
+type StripFn = fn(&Strip, &mut [f32], usize);
 
 fn best_strip() -> StripFn {
     #[cfg(target_arch = "x86_64")]
@@ -327,177 +363,155 @@ fn best_strip() -> StripFn {
         return avx2::strip;
     }
     #[cfg(target_arch = "wasm32")]
-    return |s, out, ld| strip_by_tiles(s, out, ld, simd128::tile);
+    return simd128::strip;
     #[allow(unreachable_code)]
     portable_strip
 }
 
+/// The reference: scalar i32 dots per group, scaled in f32.
 fn portable_strip(s: &Strip, out: &mut [f32], ld: usize) {
-    strip_by_tiles(s, out, ld, portable_tile)
-}
-
-/// The reference: scalar i32 dots, scaled per block in f32.
-fn portable_tile(t: &TileIn, out: &mut [[f32; C]; R]) {
-    for (r, out_r) in out.iter_mut().enumerate() {
-        for (c, out_rc) in out_r.iter_mut().enumerate() {
-            let mut acc = 0f32;
-            for b in 0..t.blocks {
-                let x = &t.x[r][b * BLOCK..][..BLOCK];
-                let w = &t.w[c][b * BLOCK..][..BLOCK];
-                let dot = |range: std::ops::Range<usize>| range.map(|i| x[i] as i32 * w[i] as i32).sum::<i32>() as f32;
-                let xs = t.x_scales[r][b];
-                if t.halves {
-                    acc += dot(0..16) * (xs * t.w_scales[c][2 * b]) + dot(16..32) * (xs * t.w_scales[c][2 * b + 1]);
-                } else {
-                    acc += dot(0..32) * (xs * t.w_scales[c][b]);
+    let (k, group, groups) = (s.k, s.group, s.groups());
+    for p in s.panels.clone() {
+        let panel = &s.q[p * PANEL * k..][..PANEL * k];
+        let scales = &s.scales[p * groups * PANEL..][..groups * PANEL];
+        let mut sums = [[0f32; PANEL]; R];
+        for (r, sums_r) in sums.iter_mut().enumerate() {
+            for (lane, sum) in sums_r.iter_mut().enumerate() {
+                for g in 0..groups {
+                    let dot: i32 = (g * group..(g + 1) * group)
+                        .map(|i| s.x[r][i] as i32 * panel[(i / STEP * PANEL + lane) * STEP + i % STEP] as i32)
+                        .sum();
+                    *sum += dot as f32 * (s.x_scales[r][g * group / BLOCK] * scales[g * PANEL + lane]);
                 }
             }
-            *out_rc = acc;
         }
+        s.add_panel(p, &sums, out, ld);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Strip, BLOCK, C, R};
+    use super::{Strip, BLOCK, PANEL, R, STEP};
     use std::arch::x86_64::*;
 
     pub fn strip(s: &Strip, out: &mut [f32], ld: usize) {
-        // Every pointer below stays inside its slice: weight rows come from
-        // `cols` (rows of the weight), activation rows are whole rows, and
-        // `out` holds the strip's rows × columns at stride `ld` (checked).
-        assert!(s.cols.end * s.k <= s.w.len() && s.cols.end * s.groups <= s.w_scales.len());
-        assert!(s.rows >= 1 && out.len() >= (s.rows - 1) * ld + s.cols.len());
+        // Every pointer below stays inside its slice: panels come from
+        // `panels` (inside the weight), activation rows are whole rows with
+        // their block scales; `add_panel` writes `out` through slices.
+        s.assert_in_bounds();
         // SAFETY: only chosen when the CPU has AVX2 and FMA (`best_strip`);
         // bounds as asserted.
         unsafe {
-            if s.halves {
-                strip_avx2::<true>(s, out, ld)
+            if s.group == 16 {
+                strip_avx2::<4>(s, out, ld)
             } else {
-                strip_avx2::<false>(s, out, ld)
+                strip_avx2::<8>(s, out, ld)
             }
         }
     }
 
-    /// The strip's register tiles, `C` weight rows at a time, on raw
-    /// pointers and plain loops: closures would not inherit the target
-    /// features, and each intrinsic would become a call.
+    /// The strip's panels, `R` activation rows × 8 weight rows at a time,
+    /// with `STEPS` steps of 4 values per weight scale; on raw pointers and
+    /// plain loops, since closures would not inherit the target features.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn strip_avx2<const HALVES: bool>(s: &Strip, out: &mut [f32], ld: usize) {
-        let (mut xp, mut xsp) = ([std::ptr::null::<i8>(); R], [std::ptr::null::<f32>(); R]);
-        for r in 0..R {
-            (xp[r], xsp[r]) = (s.x[r].as_ptr(), s.x_scales[r].as_ptr());
-        }
-        let mut c0 = s.cols.start;
-        while c0 < s.cols.end {
-            let cn = C.min(s.cols.end - c0);
-            let (mut wp, mut wsp) = ([std::ptr::null::<u8>(); C], [std::ptr::null::<f32>(); C]);
-            for c in 0..C {
-                // A partial tile repeats its last weight row (results dropped).
-                let row = c0 + c.min(cn - 1);
-                // SAFETY: row < cols.end, inside the weight (asserted by `strip`).
-                (wp[c], wsp[c]) = unsafe { (s.w.as_ptr().add(row * s.k), s.w_scales.as_ptr().add(row * s.groups)) };
-            }
-            // SAFETY: whole rows of `blocks × 32` values and their scales.
-            let sums = unsafe { tile::<HALVES>(s.blocks, &xp, &xsp, &wp, &wsp) };
-            for (r, sums_r) in sums.iter().enumerate().take(s.rows) {
-                let dst = &mut out[r * ld + (c0 - s.cols.start)..][..cn];
-                dst.iter_mut().zip(sums_r).for_each(|(d, v)| *d += v);
-            }
-            c0 += cn;
-        }
-    }
-
-    /// One `R × C` tile over whole rows.
-    ///
-    /// SAFETY: each `xp` row holds `blocks × 32` values and its `xsp` row
-    /// `blocks` scales; each `wp` row `blocks × 32` values and its `wsp` row
-    /// `blocks` scales (2 × `blocks` with HALVES).
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn tile<const HALVES: bool>(
-        blocks: usize,
-        xp: &[*const i8; R],
-        xsp: &[*const f32; R],
-        wp: &[*const u8; C],
-        wsp: &[*const f32; C],
-    ) -> [[f32; C]; R] {
+    unsafe fn strip_avx2<const STEPS: usize>(s: &Strip, out: &mut [f32], ld: usize) {
+        let (k, group, groups) = (s.k, s.group, s.groups());
         let ones = _mm256_set1_epi16(1);
-        let mut acc = [[_mm256_setzero_ps(); C]; R];
-        let mut w = [_mm256_setzero_si256(); C];
-        let mut ws = [_mm256_setzero_ps(); C];
-        for b in 0..blocks {
-            // SAFETY (all loads below): in bounds per this function's
-            // contract; the 32-byte loads are unaligned ones.
-            for c in 0..C {
-                unsafe {
-                    w[c] = _mm256_loadu_si256(wp[c].add(b * BLOCK) as *const __m256i);
-                    ws[c] = if HALVES {
-                        _mm256_set_m128(_mm_broadcast_ss(&*wsp[c].add(2 * b + 1)), _mm_broadcast_ss(&*wsp[c].add(2 * b)))
-                    } else {
-                        _mm256_broadcast_ss(&*wsp[c].add(b))
+        for p in s.panels.clone() {
+            // SAFETY: panel p and its scales lie inside the weight (asserted
+            // by `strip`); each activation row holds k values and k / 32
+            // scales, and step s reads values 4s..4s + 8 < k.
+            let (wq, ws) = unsafe { (s.q.as_ptr().add(p * PANEL * k), s.scales.as_ptr().add(p * groups * PANEL)) };
+            let mut acc = [_mm256_setzero_ps(); R];
+            for g in 0..groups {
+                let mut dots = [_mm256_setzero_si256(); R];
+                for pair in 0..STEPS / 2 {
+                    let step = g * STEPS + 2 * pair;
+                    let (w0, w1) = unsafe {
+                        let w = wq.add(step * PANEL * STEP) as *const __m256i;
+                        (_mm256_loadu_si256(w), _mm256_loadu_si256(w.add(1)))
                     };
+                    for (dots_r, x_row) in dots.iter_mut().zip(s.x) {
+                        let (x0, x1) = unsafe {
+                            let x = x_row.as_ptr().add(step * STEP) as *const i32;
+                            (_mm256_set1_epi32(x.read_unaligned()), _mm256_set1_epi32(x.add(1).read_unaligned()))
+                        };
+                        // u8 weights (≤ 63) × i8 activations (|x| ≤ 127):
+                        // each i16 is a pair's sum (≤ 16,002), two steps'
+                        // sums stay below 32,768, then one widening adds
+                        // each weight row's 8 products into its i32 lane.
+                        let two_steps = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
+                        *dots_r = _mm256_add_epi32(*dots_r, _mm256_madd_epi16(two_steps, ones));
+                    }
+                }
+                let w_scales = unsafe { _mm256_loadu_ps(ws.add(g * PANEL)) };
+                for r in 0..R {
+                    let x_scale = unsafe { _mm256_broadcast_ss(&*s.x_scales[r].as_ptr().add(g * group / BLOCK)) };
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(w_scales, x_scale), acc[r]);
                 }
             }
+            let mut sums = [[0f32; PANEL]; R];
             for r in 0..R {
-                let (x, xs) = unsafe { (_mm256_loadu_si256(xp[r].add(b * BLOCK) as *const __m256i), _mm256_broadcast_ss(&*xsp[r].add(b))) };
-                for c in 0..C {
-                    // u8 weights (≤ 63) × i8 activations, pairs summed to
-                    // i16 (no saturation: 2 × 63 × 128 < 32768), then to i32.
-                    let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w[c], x), ones);
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[c], xs), acc[r][c]);
-                }
+                // SAFETY: a store of 8 f32 into an array of 8.
+                unsafe { _mm256_storeu_ps(sums[r].as_mut_ptr(), acc[r]) };
             }
+            s.add_panel(p, &sums, out, ld);
         }
-        let mut sums = [[0f32; C]; R];
-        for r in 0..R {
-            for c in 0..C {
-                let v = acc[r][c];
-                let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-                sums[r][c] = _mm_cvtss_f32(h);
-            }
-        }
-        sums
     }
 }
 
 #[cfg(target_arch = "wasm32")]
 mod simd128 {
-    use super::{TileIn, BLOCK, C, R};
+    use super::{Strip, BLOCK, PANEL, R, STEP};
     use core::arch::wasm32::*;
 
-    /// The i32x4 dot of 32 signed activations (`x0`, `x1`) with 32 unsigned
-    /// weights. With relaxed SIMD, two i16x8 pair dots (one `pmaddubsw`
-    /// each on x86; the weights are below 128, where every engine agrees
-    /// and no pair sum saturates) are added in i16 (|sum| ≤ 4 × 63 × 128 <
-    /// 32768) and widened once: one widening per 32 values instead of the
-    /// i32 dot's one per 16.
-    #[inline(always)]
-    fn dot32(x0: v128, w0: v128, x1: v128, w1: v128) -> v128 {
-        #[cfg(target_feature = "relaxed-simd")]
-        {
-            i32x4_extadd_pairwise_i16x8(i16x8_add(i16x8_relaxed_dot_i8x16_i7x16(x0, w0), i16x8_relaxed_dot_i8x16_i7x16(x1, w1)))
-        }
-        #[cfg(not(target_feature = "relaxed-simd"))]
-        {
-            i32x4_add(dot16(x0, w0), dot16(x1, w1))
-        }
-    }
+    /// Weight rows per vector: a panel is two halves of 4.
+    const HALF: usize = PANEL / 2;
 
-    /// The i32x4 dot of 16 signed activations with 16 unsigned weights.
-    #[inline(always)]
-    fn dot16(x: v128, w: v128) -> v128 {
-        #[cfg(target_feature = "relaxed-simd")]
-        {
-            i32x4_extadd_pairwise_i16x8(i16x8_relaxed_dot_i8x16_i7x16(x, w))
+    /// Running sums of two steps' products per weight row. With relaxed
+    /// SIMD, each step's i16x8 pair dot (one `pmaddubsw` on x86; the
+    /// weights are below 128, where every engine agrees) is added to the
+    /// next in i16 (≤ 2 × 16,002) and widened once into the 4 rows' i32
+    /// lanes. Plain SIMD128 multiplies in i16 (each product ≤ 8,001, two
+    /// steps' low or high halves summed), widens pairs into `[row 0, row 0,
+    /// row 1, row 1]` and `[row 2, row 2, row 3, row 3]`, and folds the two
+    /// once per group.
+    #[derive(Clone, Copy)]
+    struct Dots([v128; 2]);
+
+    impl Dots {
+        fn new() -> Dots {
+            Dots([i32x4_splat(0); 2])
         }
-        #[cfg(not(target_feature = "relaxed-simd"))]
-        {
-            let low = i32x4_dot_i16x8(i16x8_extend_low_i8x16(x), i16x8_extend_low_u8x16(w));
-            let high = i32x4_dot_i16x8(i16x8_extend_high_i8x16(x), i16x8_extend_high_u8x16(w));
-            i32x4_add(low, high)
+
+        #[inline(always)]
+        fn add_two_steps(&mut self, x0: v128, w0: v128, x1: v128, w1: v128) {
+            #[cfg(target_feature = "relaxed-simd")]
+            {
+                let two = i16x8_add(i16x8_relaxed_dot_i8x16_i7x16(x0, w0), i16x8_relaxed_dot_i8x16_i7x16(x1, w1));
+                self.0[0] = i32x4_add(self.0[0], i32x4_extadd_pairwise_i16x8(two));
+            }
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            {
+                let low = i16x8_add(i16x8_extmul_low_i8x16(x0, w0), i16x8_extmul_low_i8x16(x1, w1));
+                let high = i16x8_add(i16x8_extmul_high_i8x16(x0, w0), i16x8_extmul_high_i8x16(x1, w1));
+                self.0[0] = i32x4_add(self.0[0], i32x4_extadd_pairwise_i16x8(low));
+                self.0[1] = i32x4_add(self.0[1], i32x4_extadd_pairwise_i16x8(high));
+            }
+        }
+
+        /// The 4 weight rows' i32 sums.
+        #[inline(always)]
+        fn rows(self) -> v128 {
+            #[cfg(target_feature = "relaxed-simd")]
+            {
+                self.0[0]
+            }
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            {
+                let [low, high] = self.0;
+                i32x4_add(i32x4_shuffle::<0, 2, 4, 6>(low, high), i32x4_shuffle::<1, 3, 5, 7>(low, high))
+            }
         }
     }
 
@@ -513,39 +527,58 @@ mod simd128 {
         }
     }
 
-    pub fn tile(t: &TileIn, out: &mut [[f32; C]; R]) {
-        let mut acc = [[f32x4_splat(0.0); C]; R];
-        for b in 0..t.blocks {
-            // SAFETY: every row holds `blocks × 32` values (TileIn's
-            // contract), so both 16-byte loads at b × 32 are in bounds.
-            let w: [[v128; 2]; C] = std::array::from_fn(|c| {
-                let p = t.w[c].as_ptr().wrapping_add(b * BLOCK) as *const v128;
-                unsafe { [v128_load(p), v128_load(p.add(1))] }
-            });
-            for (r, acc_r) in acc.iter_mut().enumerate() {
-                let p = t.x[r].as_ptr().wrapping_add(b * BLOCK) as *const v128;
-                // SAFETY: as above.
-                let (x0, x1) = unsafe { (v128_load(p), v128_load(p.add(1))) };
-                let xs = t.x_scales[r][b];
-                for (c, acc_rc) in acc_r.iter_mut().enumerate() {
-                    if t.halves {
-                        let s0 = f32x4_splat(xs * t.w_scales[c][2 * b]);
-                        let s1 = f32x4_splat(xs * t.w_scales[c][2 * b + 1]);
-                        *acc_rc = madd(f32x4_convert_i32x4(dot16(x0, w[c][0])), s0, *acc_rc);
-                        *acc_rc = madd(f32x4_convert_i32x4(dot16(x1, w[c][1])), s1, *acc_rc);
-                    } else {
-                        let s = f32x4_splat(xs * t.w_scales[c][b]);
-                        *acc_rc = madd(f32x4_convert_i32x4(dot32(x0, w[c][0], x1, w[c][1])), s, *acc_rc);
+    pub fn strip(s: &Strip, out: &mut [f32], ld: usize) {
+        // The pointers below stay inside their slices (see `strip_steps`).
+        s.assert_in_bounds();
+        if s.group == 16 {
+            strip_steps::<4>(s, out, ld)
+        } else {
+            strip_steps::<8>(s, out, ld)
+        }
+    }
+
+    /// The strip's panels, each as two halves of 4 weight rows against the
+    /// `R` activation rows, with `STEPS` steps of 4 values per weight scale.
+    fn strip_steps<const STEPS: usize>(s: &Strip, out: &mut [f32], ld: usize) {
+        let (k, group, groups) = (s.k, s.group, s.groups());
+        for p in s.panels.clone() {
+            let wq = s.q.as_ptr().wrapping_add(p * PANEL * k);
+            let ws = s.scales.as_ptr().wrapping_add(p * groups * PANEL);
+            let mut sums = [[0f32; PANEL]; R];
+            for half in 0..2 {
+                let mut acc = [f32x4_splat(0.0); R];
+                for g in 0..groups {
+                    let mut dots = [Dots::new(); R];
+                    for pair in 0..STEPS / 2 {
+                        let step = g * STEPS + 2 * pair;
+                        // SAFETY: panel p lies inside the weight (asserted by
+                        // `strip`); these are 16 of a step's 32 bytes.
+                        let (w0, w1) = unsafe {
+                            let w = wq.add(step * PANEL * STEP + half * HALF * STEP);
+                            (v128_load(w as *const v128), v128_load(w.add(PANEL * STEP) as *const v128))
+                        };
+                        for (r, dots_r) in dots.iter_mut().enumerate() {
+                            // SAFETY: values 4·step..4·step + 8 < k of a whole row.
+                            let (x0, x1) = unsafe {
+                                let x = s.x[r].as_ptr().add(step * STEP) as *const u32;
+                                (v128_load32_splat(x), v128_load32_splat(x.add(1)))
+                            };
+                            dots_r.add_two_steps(x0, w0, x1, w1);
+                        }
+                    }
+                    // SAFETY: the group's scales for this half's 4 rows, inside the panel's.
+                    let w_scales = unsafe { v128_load(ws.add(g * PANEL + half * HALF) as *const v128) };
+                    for (r, acc_r) in acc.iter_mut().enumerate() {
+                        let scale = f32x4_mul(w_scales, f32x4_splat(s.x_scales[r][g * group / BLOCK]));
+                        *acc_r = madd(f32x4_convert_i32x4(dots[r].rows()), scale, *acc_r);
                     }
                 }
+                for (r, acc_r) in acc.iter().enumerate() {
+                    // SAFETY: a store of 4 f32 into 4 of an array of 8.
+                    unsafe { v128_store(sums[r][half * HALF..].as_mut_ptr() as *mut v128, *acc_r) };
+                }
             }
-        }
-        for r in 0..R {
-            for c in 0..C {
-                let v = acc[r][c];
-                out[r][c] =
-                    f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v) + f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v);
-            }
+            s.add_panel(p, &sums, out, ld);
         }
     }
 }
@@ -599,7 +632,7 @@ mod tests {
         for n in 1..300 {
             for threads in 1..40 {
                 let (width, parts) = column_split(n, threads);
-                assert!(width % C == 0 && parts.len() <= threads.max(1));
+                assert!(width % PANEL == 0 && parts.len() <= threads.max(1));
                 assert!(parts.iter().all(|p| !p.is_empty() && p.len() <= width), "n {n}, threads {threads}: {parts:?}");
                 assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), n);
                 assert!(parts.windows(2).all(|w| w[0].end == w[1].start) && parts[0].start == 0);
@@ -608,18 +641,21 @@ mod tests {
     }
 
     #[test]
-    fn quantized_activations_stay_within_half_a_step() {
+    fn quantized_activations_stay_within_half_a_step_and_an_f16_scale() {
         let (m, k) = (3, 96);
         let mut x = xorshift_values(m * k, 5);
         x[40..64].iter_mut().for_each(|v| *v = 0.0);
         let acts = Activations::quantize(&x, m, k, 16);
         for (i, v) in x.iter().enumerate() {
             let scale = acts.scales(i / k)[i % k / BLOCK];
-            assert!((acts.q[i] as f32 * scale - v).abs() <= 0.5 * scale + 1e-7, "value {i}");
+            // Half a step, plus |q| ≤ 127 times the scale's rounding to f16
+            // (relative 2⁻¹¹).
+            assert!((acts.q[i] as f32 * scale - v).abs() <= (0.5 + 127.0 / 2048.0) * scale + 1e-7, "value {i}");
         }
         assert!(acts.q[40..64].iter().all(|&q| q == 0));
         // Sums per group are the group's dequantized total.
-        let sums = acts.sums();
+        let (sums, lda) = acts.sums();
+        let sums: Vec<f32> = sums.chunks(lda).flat_map(|row| &row[..k / 16]).copied().collect();
         for (g, sum) in sums.iter().enumerate() {
             let want: f32 = (0..16).map(|j| acts.q[g * 16 + j] as f32 * acts.scales((g * 16) / k)[(g * 16) % k / BLOCK]).sum();
             assert!((sum - want).abs() < 1e-4, "group {g}: {sum} against {want}");

@@ -78,6 +78,19 @@ impl Packed {
     /// are spread over the pool's threads.
     pub fn matmul(&self, a: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(a.len(), m * self.k, "activations of {} values for [{m} × {}]", a.len(), self.k);
+        self.matmul_strided(a, self.k, m)
+    }
+
+    /// [`Packed::matmul`] with `a`'s rows `lda ≥ k` values apart (`k` used
+    /// of each), so a caller's matrix interleaved with other data is read
+    /// in place.
+    pub fn matmul_strided(&self, a: &[f32], lda: usize, m: usize) -> Vec<f32> {
+        assert!(
+            lda >= self.k && (m == 0 || a.len() >= (m - 1) * lda + self.k),
+            "activations of {} values for [{m} × {}] at stride {lda}",
+            a.len(),
+            self.k
+        );
         let mut c = vec![0f32; m * self.n];
         let panel_count = self.n.div_ceil(NR);
         if panel_count == 0 {
@@ -94,7 +107,7 @@ impl Packed {
                 let b = &self.panels[p * self.k * NR..(p + 1) * self.k * NR];
                 let cols = NR.min(self.n - p * NR);
                 // SAFETY: each task writes only the columns of its own panels.
-                unsafe { gemm_panel(a, self.k, m, self.k, b, NR, out.ptr().add(p * NR), self.n, cols, false) };
+                unsafe { gemm_panel(a, lda, m, self.k, b, NR, out.ptr().add(p * NR), self.n, cols, Store::Overwrite) };
             }
         });
         c
@@ -146,15 +159,33 @@ pub fn gemm_dense(a: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32
     c
 }
 
-/// `C[m × cols] (+)= A[m × k] · B[k × NR]` for one column panel: `a` holds
-/// `m` rows of `k` values at stride `lda`; `b` holds `k` rows of `NR` values
-/// with stride `ldb`; `c` points at the panel's first column in a row-major
-/// matrix with stride `ldc`. With `accumulate` the product is added to what
-/// `c` holds (a product whose `k` is split over several calls: attention's
-/// values, held in segments); otherwise it overwrites it.
+/// How [`gemm_panel`] stores its product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Store {
+    /// `C = A · B`.
+    Overwrite,
+    /// `C += A · B`: a product whose `k` is split over several calls
+    /// (attention's values, held in segments).
+    Accumulate,
+    /// `Cᵀ = (A · B)ᵀ`: element (row r of `A`, column j of the panel) at
+    /// `c[j·ldc + r]`, each tile stored as `cols` runs of contiguous values.
+    /// Attention's scores use it: keys are `A` (read in place) and the
+    /// queries the panel, and the softmax wants a row per query; storing
+    /// the tiles transposed replaced a separate transpose pass, a strided
+    /// scalar copy that took a quarter of the attention's non-matmul time
+    /// in a profile (`perf`, 1,024 tokens).
+    Transposed,
+}
+
+/// `C[m × cols] = A[m × k] · B[k × NR]` for one column panel, stored as
+/// `store` says: `a` holds `m` rows of `k` values at stride `lda`; `b` holds
+/// `k` rows of `NR` values with stride `ldb`; `c` points at the panel's
+/// first column in a row-major matrix with stride `ldc` (its first row
+/// when transposed).
 ///
-/// SAFETY: `c` must be valid for `m` rows of `cols` values at stride `ldc`,
-/// and not written by anyone else meanwhile.
+/// SAFETY: `c` must be valid for `m` rows of `cols` values at stride `ldc`
+/// (`cols` rows of `m` values when transposed), and not written by anyone
+/// else meanwhile.
 // BLAS-style: a matrix argument is a pointer, its rows and its stride.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_panel(
@@ -167,24 +198,35 @@ pub(crate) unsafe fn gemm_panel(
     c: *mut f32,
     ldc: usize,
     cols: usize,
-    accumulate: bool,
+    store: Store,
 ) {
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
+        let overwrite = k0 == 0 && store != Store::Accumulate;
         let mut r0 = 0;
         while r0 < m {
             let rows = MR.min(m - r0);
             let mut tile = [0f32; MR * NR];
             micro(rows, kc, &a[r0 * lda + k0..], lda, &b[k0 * ldb..], ldb, &mut tile);
-            for r in 0..rows {
-                // SAFETY: row r0 + r < m, columns < cols ≤ NR, per the caller.
-                let dst = unsafe { std::slice::from_raw_parts_mut(c.add((r0 + r) * ldc), cols) };
-                let src = &tile[r * NR..r * NR + cols];
-                if k0 == 0 && !accumulate {
-                    dst.copy_from_slice(src);
-                } else {
-                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+            if store == Store::Transposed {
+                for j in 0..cols {
+                    // SAFETY: output row j < cols, columns r0..r0 + rows ≤ m, per the caller.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(c.add(j * ldc + r0), rows) };
+                    for (r, d) in dst.iter_mut().enumerate() {
+                        *d = if overwrite { tile[r * NR + j] } else { *d + tile[r * NR + j] };
+                    }
+                }
+            } else {
+                for r in 0..rows {
+                    // SAFETY: row r0 + r < m, columns < cols ≤ NR, per the caller.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(c.add((r0 + r) * ldc), cols) };
+                    let src = &tile[r * NR..r * NR + cols];
+                    if overwrite {
+                        dst.copy_from_slice(src);
+                    } else {
+                        dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+                    }
                 }
             }
             r0 += rows;
@@ -383,10 +425,11 @@ mod portable {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use super::{Lanes, NR};
     use std::arch::x86_64::*;
 
+    /// Whether this CPU has AVX2 and FMA (detected once).
     pub fn available() -> bool {
         use std::sync::OnceLock;
         static AVAILABLE: OnceLock<bool> = OnceLock::new();
@@ -435,9 +478,8 @@ mod avx2 {
     }
 }
 
-/// Test data in [−1, 1] from a xorshift generator: varied, reproducible,
-/// shared by the kernel and attention tests.
-#[cfg(test)]
+/// Data in [−1, 1] from a xorshift generator: varied, reproducible, shared
+/// by the kernel and attention tests and the attention probe.
 pub(crate) fn xorshift_values(len: usize, seed: u32) -> Vec<f32> {
     let mut state = seed;
     (0..len)

@@ -216,7 +216,9 @@ impl Router {
     pub fn descriptor_cache(&self) -> Vec<u8> {
         let key = self.descriptor_key();
         let t = &self.load_timings;
-        let encoded_ms = if t.descriptors_cached { t.descriptors_encoded_ms } else { t.descriptors_ms };
+        // Set on both paths: the encoding just done, or the one the record
+        // read on this load carried.
+        let encoded_ms = t.descriptors_encoded_ms;
         let mut out = Vec::with_capacity(40 + key.len() + 4 * self.descriptor_matrix.len());
         out.extend_from_slice(DESCRIPTOR_MAGIC);
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
@@ -249,6 +251,8 @@ impl Router {
             let hidden = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
             let values = take(count.checked_mul(hidden)?.checked_mul(4)?)?;
             let matrix: Vec<f32> = values.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            // Bytes after the values mean a damaged or foreign record.
+            (bytes.len() == 32 + key_len + values.len()).then_some(())?;
             Some((key, encoded_ms, flops, count, hidden, matrix))
         })();
         let Some((key, encoded_ms, flops, count, hidden, matrix)) = parsed else { return false };

@@ -192,13 +192,15 @@ fn descriptor_vectors_come_back_from_the_cache_only_for_the_same_settings() {
     let conversation = Conversation::user("Fix the flaky retry test in the HTTP client.");
     let scores = |r: &Router| r.decide(&conversation, None).unwrap().ranked.iter().map(|x| x.score.to_bits()).collect::<Vec<_>>();
     assert_eq!(scores(&second), scores(&first));
-    // Another router_max_tokens, another precision, or damaged bytes: encoded again.
+    // Another router_max_tokens, another precision, or damaged bytes (cut
+    // short, or with a byte after the values): encoded again.
     let other = RouterConfig { max_tokens: 128, ..config };
     assert!(!load(other, Some(&cache)).load_timings.descriptors_cached);
     let precision =
         if config.precision == router::Precision::IntegerQ8 { router::Precision::DequantizedF32 } else { router::Precision::IntegerQ8 };
     assert!(!load(RouterConfig { precision, ..config }, Some(&cache)).load_timings.descriptors_cached);
-    for damaged in [&cache[..cache.len() - 1], &cache[..10], b"RDV1".as_slice()] {
+    let longer = [cache.as_slice(), &[0]].concat();
+    for damaged in [&cache[..cache.len() - 1], &cache[..10], b"RDV1".as_slice(), &longer] {
         assert!(!load(config, Some(damaged)).load_timings.descriptors_cached);
     }
 }

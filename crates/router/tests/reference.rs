@@ -117,8 +117,12 @@ fn hidden_states_match_llama_cpp_dequantized_f32() {
     check(&SMOLLM2, Precision::DequantizedF32, COSINE_MIN, RELATIVE_MAX, usize::MAX);
 }
 
-/// The integer kernels (activations rounded to 8 bits per 32 values, as
-/// llama.cpp itself does on this file) at the same tolerance.
+/// The integer kernels (activations rounded to 8 bits per 32 values with
+/// f16 scales, as llama.cpp itself does on this file) at the same
+/// tolerance. Measured here: cosine ≥ 0.99924, relative error ≤ 0.035
+/// (with f32 scales the 23-token text's last token fell to 0.9981 / 0.130:
+/// two 8-bit roundings of slightly different scales drift apart over the
+/// layers, though each product is as accurate as candle's).
 #[test]
 fn hidden_states_match_llama_cpp_integer() {
     check(&SMOLLM2, Precision::IntegerQ8, COSINE_MIN, RELATIVE_MAX, usize::MAX);

@@ -7,6 +7,9 @@
 //! gemm-probe [--m 1024] [--k 576] [--n 1536] [--repeats 5] \
 //!   [--precision f32|int8] [--checkpoint assets/SmolLM2-135M-Instruct.Q4_1.gguf --lengths 15,256,1024]
 //! ```
+//! With `--attention`, it times one layer's causal attention of `--m`
+//! tokens instead (`--heads 9 --kv-heads 3 --head-dim 64`, SmolLM2's), the
+//! prefill's other stage, at the same rate unit.
 //! With `--checkpoint`, it also prints each length's prefill FLOPs for that
 //! backbone (`router::FlopModel`), so callers divide by the rate without
 //! restating the formula.
@@ -30,6 +33,15 @@ struct Args {
     /// `f32` or `int8` (the integer kernels), as bench-decide spells it.
     #[arg(long, default_value = "f32")]
     precision: String,
+    /// Time causal attention of `m` tokens instead of the matmul.
+    #[arg(long)]
+    attention: bool,
+    #[arg(long, default_value_t = 9)]
+    heads: usize,
+    #[arg(long, default_value_t = 3)]
+    kv_heads: usize,
+    #[arg(long, default_value_t = 64)]
+    head_dim: usize,
     /// A GGUF whose prefill FLOPs to print.
     #[arg(long)]
     checkpoint: Option<std::path::PathBuf>,
@@ -42,8 +54,25 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    let probe = router::model::gemm_probe(args.m, args.k, args.n, args.repeats, bench_cli::precision(&args.precision)?)?;
-    let mut out = serde_json::json!({ "probe": probe });
+    let mut out = if args.attention {
+        anyhow::ensure!(
+            args.heads > 0 && args.kv_heads > 0 && args.heads.is_multiple_of(args.kv_heads),
+            "--heads must be a positive multiple of --kv-heads"
+        );
+        anyhow::ensure!(args.m > 0 && args.head_dim > 0, "--m (tokens) and --head-dim must be positive");
+        let shape = router::attention::Shape {
+            heads: args.heads,
+            kv_heads: args.kv_heads,
+            tokens: args.m,
+            head_dim: args.head_dim,
+            start: 0,
+            window: None,
+        };
+        serde_json::json!({ "attention": router::attention::probe(shape, args.repeats) })
+    } else {
+        let probe = router::model::gemm_probe(args.m, args.k, args.n, args.repeats, bench_cli::precision(&args.precision)?)?;
+        serde_json::json!({ "probe": probe })
+    };
     if let Some(path) = &args.checkpoint {
         let bytes = bench_cli::read(path, "--checkpoint")?;
         let checkpoint = router::gguf::Checkpoint::parse(&bytes, &path.display().to_string())?;
