@@ -4,25 +4,53 @@
 # its llama.cpp reference test and its browser test need it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# CI builds from nothing once: incremental compilation would only write
+# caches nobody reads (a local run keeps cargo's default).
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+# Each step's header says how long the run has taken so far, and the last
+# line sums up the steps: CI's log keeps only its tail, and its 90 minutes
+# are this project's tightest budget.
+started=$SECONDS
+steps=()
+step() {
+  local now=$((SECONDS - started))
+  [ ${#steps[@]} -gt 0 ] && steps[-1]+=" $((now - last)) s"
+  last=$now
+  steps+=("${1%% (*}:")
+  printf '\n\033[1m== %s\033[0m (at %dm%02ds)\n' "$*" $((now / 60)) $((now % 60))
+}
+summary() {
+  step done >/dev/null
+  local IFS='|'
+  printf '\ntest.sh, seconds a step: %s (%d s in all)\n' "${steps[*]::${#steps[@]}-1}" $((SECONDS - started))
+}
+trap summary EXIT
+
+step "setup (tools and assets; seconds where they are installed already)"
 scripts/setup.sh --with-gemma
 source scripts/env.sh
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "format"
 cargo fmt --all -- --check
 
-step "clippy (native)"
+step "clippy native"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "clippy (wasm32, std::time::Instant banned)"
+step "clippy wasm32 (std::time::Instant banned)"
 CLIPPY_CONF_DIR=scripts/clippy_wasm cargo clippy --target wasm32-unknown-unknown -p workbench -p kv -p router -p bench -p wire -p router-worker --all-targets -- -D warnings
 
+# The page and the worker have no native tests (their tests run in the
+# browser below); excluding them keeps Leptos and web-sys out of this
+# build. Clippy above still lints them natively.
 step "native tests (unit, property, CLI, router against llama.cpp, bench-decide)"
-cargo test --workspace
+cargo test --workspace --exclude workbench --exclude router-worker
 
+# In the release profile: the profile the single-thread worker ships in,
+# so the site build below reuses this build's candle and tokenizers
+# instead of compiling them for wasm32 a second time.
 step "wasm tests in headless Chromium (page bindings; the router core)"
-cargo test --target wasm32-unknown-unknown -p workbench --test web
-cargo test --target wasm32-unknown-unknown -p router --test wasm
+cargo test --release --target wasm32-unknown-unknown -p workbench --test web
+cargo test --release --target wasm32-unknown-unknown -p router --test wasm
 
 step "release build of the site (trunk: calculator, then router page + worker; Gemma served on request)"
 scripts/build-site.sh --with-gemma
