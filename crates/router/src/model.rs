@@ -161,33 +161,87 @@ impl Weights {
 /// activations' quantization, and its rate counts the same 2·m·k·n
 /// operations, so the two rates compare directly.
 pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize, precision: Precision) -> Result<crate::GemmProbe> {
-    // Varied values, so no kernel meets only zeros or ones.
-    let values = |len: usize, salt: usize| (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect::<Vec<f32>>();
-    let x = values(m * k, 1);
+    let x = probe_values(m * k, 1);
     let weight = match precision {
-        Precision::IntegerQ8 if k.is_multiple_of(crate::integer::BLOCK) => {
-            Weights::Integer(IntPacked::from_row_fn(n, k, 32, |r, q, scales, mins| {
-                q.iter_mut().enumerate().for_each(|(i, v)| *v = ((r * 5 + i * 3) % 16) as u8);
-                scales.iter_mut().enumerate().for_each(|(g, v)| *v = 0.01 + ((r + g) % 7) as f32 * 0.002);
-                mins.iter_mut().enumerate().for_each(|(g, v)| *v = -0.05 + ((r + 3 * g) % 5) as f32 * 0.01);
-            }))
-        }
-        _ => Weights::from_f32(Tensor::from_vec(values(n * k, 5), (n, k), &Device::Cpu)?)?,
+        Precision::IntegerQ8 if k.is_multiple_of(crate::integer::BLOCK) => Weights::Integer(probe_integer_weight(n, k)),
+        _ => Weights::from_f32(Tensor::from_vec(probe_values(n * k, 5), (n, k), &Device::Cpu)?)?,
     };
+    let kernel = match &weight {
+        Weights::Integer(_) => crate::integer::kernel_name().to_string(),
+        _ => format!("f32{}", crate::kernels::KERNEL_NOTE),
+    };
+    time_probe(m, k, n, repeats, kernel, || weight.forward(&x, m))
+}
+
+/// The integer product through every kernel this build and CPU run (the
+/// one prefills use first), each timed as [`gemm_probe`] times it: the
+/// activations' quantization included, repeats alternated between kernels
+/// so that a noisy machine's slow spell does not fall on one of them.
+pub fn integer_kernel_probes(m: usize, k: usize, n: usize, repeats: usize) -> Result<Vec<crate::GemmProbe>> {
+    if !k.is_multiple_of(crate::integer::BLOCK) {
+        return Err(RouterError::Request(format!(
+            "the integer kernels need a width that is a multiple of {}, not {k}",
+            crate::integer::BLOCK
+        )));
+    }
+    let (x, weight) = (probe_values(m * k, 1), probe_integer_weight(n, k));
+    let kernels = crate::integer::kernels();
+    let product = |kernel| weight.matmul_with(&crate::integer::Activations::quantize(&x, m, k, 32), kernel);
+    let mut times = vec![Vec::with_capacity(repeats.max(1)); kernels.len()];
+    for &kernel in &kernels {
+        // One untimed call each: the first allocates.
+        std::hint::black_box(product(kernel));
+    }
+    for _ in 0..repeats.max(1) {
+        for (&kernel, times) in kernels.iter().zip(&mut times) {
+            let started = Instant::now();
+            std::hint::black_box(product(kernel));
+            times.push(ms(started));
+        }
+    }
+    Ok(kernels.iter().zip(times).map(|(kernel, times)| probe_result(m, k, n, times, kernel.name.to_string())).collect())
+}
+
+/// Varied values, so no kernel meets only zeros or ones.
+fn probe_values(len: usize, salt: usize) -> Vec<f32> {
+    (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect()
+}
+
+/// A Q4_1-like weight for the integer probes: 4-bit values, a scale and a
+/// minimum per 32.
+fn probe_integer_weight(n: usize, k: usize) -> IntPacked {
+    IntPacked::from_row_fn(n, k, 32, |r, q, scales, mins| {
+        q.iter_mut().enumerate().for_each(|(i, v)| *v = ((r * 5 + i * 3) % 16) as u8);
+        scales.iter_mut().enumerate().for_each(|(g, v)| *v = 0.01 + ((r + g) % 7) as f32 * 0.002);
+        mins.iter_mut().enumerate().for_each(|(g, v)| *v = -0.05 + ((r + 3 * g) % 5) as f32 * 0.01);
+    })
+}
+
+fn time_probe(
+    m: usize,
+    k: usize,
+    n: usize,
+    repeats: usize,
+    kernel: String,
+    product: impl Fn() -> Result<Vec<f32>>,
+) -> Result<crate::GemmProbe> {
     // One untimed call: the first allocates.
-    weight.forward(&x, m)?;
+    product()?;
     let mut times = Vec::with_capacity(repeats.max(1));
     for _ in 0..repeats.max(1) {
         let started = Instant::now();
-        let y = weight.forward(&x, m)?;
         // Make sure the result exists before the clock stops.
-        std::hint::black_box(&y);
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        std::hint::black_box(product()?);
+        times.push(ms(started));
     }
+    Ok(probe_result(m, k, n, times, kernel))
+}
+
+fn probe_result(m: usize, k: usize, n: usize, mut times: Vec<f64>, kernel: String) -> crate::GemmProbe {
     times.sort_by(f64::total_cmp);
     // A clock coarser than the call (some browsers round to 0.1 ms) must not divide by zero.
     let best_ms = times[0].max(1e-3);
-    Ok(crate::GemmProbe {
+    crate::GemmProbe {
         m,
         k,
         n,
@@ -195,11 +249,8 @@ pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize, precision: Preci
         best_ms,
         median_ms: times[times.len() / 2],
         gflops: 2.0 * (m * k * n) as f64 / best_ms / 1e6,
-        kernel: match &weight {
-            Weights::Integer(_) => crate::integer::kernel_name().to_string(),
-            _ => format!("f32{}", crate::kernels::KERNEL_NOTE),
-        },
-    })
+        kernel,
+    }
 }
 
 fn ms(since: Instant) -> f64 {

@@ -7,6 +7,9 @@
 //! gemm-probe [--m 1024] [--k 576] [--n 1536] [--repeats 5] \
 //!   [--precision f32|int8] [--checkpoint assets/SmolLM2-135M-Instruct.Q4_1.gguf --lengths 15,256,1024]
 //! ```
+//! With `--kernels`, it times the integer product through every integer
+//! kernel this CPU runs (AVX-VNNI, AVX2, …, the portable reference),
+//! repeats alternated, so their rates compare within one run.
 //! With `--attention`, it times one layer's causal attention of `--m`
 //! tokens instead (`--heads 9 --kv-heads 3 --head-dim 64`, SmolLM2's), the
 //! prefill's other stage, at the same rate unit.
@@ -33,6 +36,9 @@ struct Args {
     /// `f32` or `int8` (the integer kernels), as bench-decide spells it.
     #[arg(long, default_value = "f32")]
     precision: String,
+    /// Time every integer kernel this CPU runs instead of one precision's matmul.
+    #[arg(long, conflicts_with_all = ["attention", "precision"])]
+    kernels: bool,
     /// Time causal attention of `m` tokens instead of the matmul.
     #[arg(long)]
     attention: bool,
@@ -69,6 +75,8 @@ fn run(args: Args) -> anyhow::Result<()> {
             window: None,
         };
         serde_json::json!({ "attention": router::attention::probe(shape, args.repeats) })
+    } else if args.kernels {
+        serde_json::json!({ "kernels": router::model::integer_kernel_probes(args.m, args.k, args.n, args.repeats)? })
     } else {
         let probe = router::model::gemm_probe(args.m, args.k, args.n, args.repeats, bench_cli::precision(&args.precision)?)?;
         serde_json::json!({ "probe": probe })
