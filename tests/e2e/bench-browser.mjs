@@ -6,7 +6,7 @@
 //        [--out reports/router-latency.browser.json] [--compare reports/router-latency.cpu.json] [--precision int8|f32]
 //
 // Needs the built site (pkg/, from scripts/build-site.sh).
-import { join } from 'node:path';
+import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { serve, launch, newPage, screenshot, root } from './harness.js';
 import { runPageBench } from './page-bench.js';
@@ -27,9 +27,9 @@ const server = await serve();
 const browser = await launch();
 try {
   const page = await newPage(browser, { acceptDownloads: true });
-  await runPageBench(page, server.url, { ...args, out: join(root, args.out), log: (m) => console.error(`bench-browser: ${m}`) });
+  await runPageBench(page, server.url, { ...args, out: resolve(root, args.out), log: (m) => console.error(`bench-browser: ${m}`) });
   if (args.compare) {
-    await page.getByTestId('bench-compare-file').setInputFiles(join(root, args.compare));
+    await page.getByTestId('bench-compare-file').setInputFiles(resolve(root, args.compare));
     await page.getByTestId('bench-compare').waitFor();
     console.log(`\n${await page.getByTestId('bench-compare').innerText()}\n`);
   }
