@@ -14,8 +14,8 @@
 //! byte per value, a scale per 32 (Q6_K: 16) values. The product then has
 //! two parts. `Σ scale·q·x` is the integer dot of `q` with the quantized
 //! activations, scaled per block; `Σ min·x` needs only each block's sum of
-//! activations, one multiply–add per block beside the scaling (the 8 or 16
-//! weight rows' minimums times the row's sum, broadcast). As a separate
+//! activations, one multiply–add per block beside the scaling (a vector of
+//! weight rows' minimums times the activation row's sum, broadcast). As a separate
 //! `k / 32`-wide f32 GEMM it took a fifth of the product's time, most of it
 //! packing its narrow operands. Since `q` is unsigned and below
 //! 128 it is the unsigned operand every integer dot instruction wants:
@@ -59,8 +59,9 @@ const STEP: usize = 4;
 
 /// One integer kernel: what reports call it and the function that runs
 /// its strips. Every kernel computes the same i32 sums exactly (the
-/// products are integers and no partial sum overflows), so which one runs
-/// changes the time, never a result.
+/// products are integers and no partial sum overflows) and the SIMD ones
+/// scale them with the same fused multiply–adds, so which SIMD kernel runs
+/// changes the time, not a float; the portable reference rounds apart.
 #[derive(Clone, Copy)]
 pub struct Kernel {
     pub name: &'static str,
@@ -489,8 +490,7 @@ mod x86 {
     /// compiled with the kernel's target features (`STEPS` a constant: 4
     /// steps per Q6_K scale, 8 per 32-value one).
     macro_rules! kernel {
-        ($(#[$doc:meta])* $name:ident, $features:literal, $two_steps:ty) => {
-            $(#[$doc])*
+        ($name:ident, $features:literal, $two_steps:ty) => {
             pub fn $name(s: &Strip, out: &mut [f32], ld: usize) {
                 #[target_feature(enable = $features)]
                 unsafe fn steps<const STEPS: usize>(s: &Strip, out: &mut [f32], ld: usize) {
@@ -528,10 +528,11 @@ mod x86 {
     unsafe fn strip_body<const STEPS: usize, D: TwoSteps>(s: &Strip, out: &mut [f32], ld: usize) {
         let (k, group, groups) = (s.k, s.group, s.groups());
         for p in s.panels.clone() {
-            // SAFETY (every block below): panel p and its scales lie inside
-            // the weight; each activation row holds k values and k / 32
-            // scales, and step s reads values 4s..4s + 8 < k; the features
-            // are enabled (this function's contract).
+            // SAFETY (every block below): panel p, its scales and minimums
+            // lie inside the weight; each activation row holds k values,
+            // k / 32 scales and k / group sums, and step s reads values
+            // 4s..4s + 8 < k; the features are enabled (this function's
+            // contract).
             let (wq, ws, wm) = unsafe {
                 (s.q.as_ptr().add(p * PANEL * k), s.scales.as_ptr().add(p * groups * PANEL), s.mins.as_ptr().add(p * groups * PANEL))
             };
@@ -609,7 +610,8 @@ mod simd128 {
     }
 
     /// Whether `a` runs a strip of SmolLM2's width faster than `b`: the
-    /// best of 5 alternated runs each, on one thread (about 2 ms in all).
+    /// best of 5 alternated runs each, on one thread (a run is 4 rows ×
+    /// 256 weight rows × 576, 1.2 MFLOP).
     #[cfg(target_feature = "relaxed-simd")]
     fn faster(a: Kernel, b: Kernel) -> bool {
         let (n, k) = (256, 576);
