@@ -116,71 +116,87 @@ unsafe fn query_block(
     // rows a tile touches, and the eight A rows the values product reads,
     // fall in one L1 set and evict each other.
     let ldw = visible.next_multiple_of(16) + 16;
-    let mut weights = vec![0f32; m * ldw];
-    for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
-        let keys = &piece.keys[(g * piece.head_rows + first_row) * d..][..count * d];
-        for p in 0..panels {
-            // SAFETY: `weights` has m rows of ldw ≥ visible values; this
-            // writes rows p·NR..p·NR + cols < m, columns at..at + count ≤ visible.
-            unsafe {
-                gemm_panel(
-                    keys,
-                    d,
-                    count,
-                    d,
-                    &packed[p * d * NR..],
-                    NR,
-                    weights.as_mut_ptr().add(p * NR * ldw + at),
-                    ldw,
-                    NR.min(m - p * NR),
-                    Store::Transposed,
-                )
-            };
+    WEIGHTS.with_borrow_mut(|weights| {
+        if weights.len() < m * ldw {
+            weights.resize(m * ldw, 0.0);
         }
-    });
-    // Softmax per query row; keys a row may not see get weight 0. Its max,
-    // exponentials and sum are three passes over the row rather than one:
-    // a running maximum or sum is a serial chain of float operations that
-    // the compiler may not reorder, so a fused loop stayed scalar (with the
-    // old transpose pass, most of the 61 % of the attention's time a profile
-    // at 1,024 tokens found outside the matrix products), while each pass
-    // alone vectorises.
-    for (r, row) in weights.chunks_exact_mut(ldw).enumerate() {
-        let row = &mut row[..visible];
-        let pos = s.start + rows.start + r;
-        let seen = s.first_visible(pos) - lo..pos + 1 - lo;
-        row[..seen.start].fill(0.0);
-        row[seen.end..].fill(0.0);
-        softmax(&mut row[seen], scale);
-    }
+        let weights = &mut weights[..m * ldw];
+        for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
+            let keys = &piece.keys[(g * piece.head_rows + first_row) * d..][..count * d];
+            for p in 0..panels {
+                // SAFETY: `weights` has m rows of ldw ≥ visible values; this
+                // writes rows p·NR..p·NR + cols < m, columns at..at + count ≤ visible.
+                unsafe {
+                    gemm_panel(
+                        keys,
+                        d,
+                        count,
+                        d,
+                        &packed[p * d * NR..],
+                        NR,
+                        weights.as_mut_ptr().add(p * NR * ldw + at),
+                        ldw,
+                        NR.min(m - p * NR),
+                        Store::Transposed,
+                    )
+                };
+            }
+        });
+        // Softmax per query row; keys a row may not see get weight 0. Its max,
+        // exponentials and sum are three passes over the row rather than one:
+        // a running maximum or sum is a serial chain of float operations that
+        // the compiler may not reorder, so a fused loop stayed scalar (with the
+        // old transpose pass, most of the 61 % of the attention's time a profile
+        // at 1,024 tokens found outside the matrix products), while each pass
+        // alone vectorises.
+        for (r, row) in weights.chunks_exact_mut(ldw).enumerate() {
+            let row = &mut row[..visible];
+            let pos = s.start + rows.start + r;
+            let seen = s.first_visible(pos) - lo..pos + 1 - lo;
+            row[..seen.start].fill(0.0);
+            row[seen.end..].fill(0.0);
+            softmax(&mut row[seen], scale);
+        }
 
-    // Weighted values: the weights' columns for a piece times its value
-    // rows, accumulated over the pieces in order.
-    let width = d.div_ceil(NR) * NR;
-    let mut first = true;
-    for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
-        let values = &piece.values[(g * piece.head_rows + first_row) * width..][..count * width];
-        for panel in 0..width / NR {
-            let cols = NR.min(d - panel * NR);
-            // SAFETY: per this function's contract; `weights` has m rows of
-            // `ldw` ≥ `visible` values, of which columns at..at + count are read.
-            unsafe {
-                gemm_panel(
-                    &weights[at..],
-                    ldw,
-                    m,
-                    count,
-                    &values[panel * NR..],
-                    width,
-                    out.add(rows.start * ld + h * d + panel * NR),
-                    ld,
-                    cols,
-                    if first { Store::Overwrite } else { Store::Accumulate },
-                )
-            };
-        }
-        first = false;
+        // Weighted values: the weights' columns for a piece times its value
+        // rows, accumulated over the pieces in order.
+        let width = d.div_ceil(NR) * NR;
+        let mut first = true;
+        for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
+            let values = &piece.values[(g * piece.head_rows + first_row) * width..][..count * width];
+            for panel in 0..width / NR {
+                let cols = NR.min(d - panel * NR);
+                // SAFETY: per this function's contract; `weights` has m rows of
+                // `ldw` ≥ `visible` values, of which columns at..at + count are read.
+                unsafe {
+                    gemm_panel(
+                        &weights[at..],
+                        ldw,
+                        m,
+                        count,
+                        &values[panel * NR..],
+                        width,
+                        out.add(rows.start * ld + h * d + panel * NR),
+                        ld,
+                        cols,
+                        if first { Store::Overwrite } else { Store::Accumulate },
+                    )
+                };
+            }
+            first = false;
+        });
     });
+}
+
+thread_local! {
+    /// Each pool thread's score buffer, kept from task to task: a block's
+    /// `[32 × visible]` scores are 135 KB at 1,024 tokens, 270 tasks a
+    /// layer, and a fresh zeroed allocation per task was part of the
+    /// prefill's `memset` time. No value is read before this task writes
+    /// it: the scores' products overwrite columns `0..visible` of every
+    /// row and the softmax only rewrites them, so the buffer is never
+    /// cleared; the row padding past `visible` is never read.
+    static WEIGHTS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// What [`probe`] measured: one layer's causal attention of `tokens` new

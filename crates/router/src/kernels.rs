@@ -85,16 +85,25 @@ impl Packed {
     /// of each), so a caller's matrix interleaved with other data is read
     /// in place.
     pub fn matmul_strided(&self, a: &[f32], lda: usize, m: usize) -> Vec<f32> {
+        let mut c = Vec::new();
+        self.matmul_strided_into(a, lda, m, &mut c);
+        c
+    }
+
+    /// [`Packed::matmul_strided`] into `c` (resized to `[m × n]`), reusing
+    /// its allocation from one call to the next.
+    pub fn matmul_strided_into(&self, a: &[f32], lda: usize, m: usize, c: &mut Vec<f32>) {
         assert!(
             lda >= self.k && (m == 0 || a.len() >= (m - 1) * lda + self.k),
             "activations of {} values for [{m} × {}] at stride {lda}",
             a.len(),
             self.k
         );
-        let mut c = vec![0f32; m * self.n];
+        // Every value is overwritten; the resize only sets the length.
+        c.resize(m * self.n, 0.0);
         let panel_count = self.n.div_ceil(NR);
         if panel_count == 0 {
-            return c;
+            return;
         }
         // Enough tasks to balance uneven threads, few enough that each keeps
         // a useful run of panels; a small product is not worth waking helpers.
@@ -110,7 +119,6 @@ impl Packed {
                 unsafe { gemm_panel(a, lda, m, self.k, b, NR, out.ptr().add(p * NR), self.n, cols, Store::Overwrite) };
             }
         });
-        c
     }
 }
 
@@ -122,17 +130,26 @@ impl Packed {
 /// threads for the backbone's largest projection).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn gemm_dense(a: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
+    let mut c = Vec::new();
+    gemm_dense_into(a, m, k, w, n, &mut c);
+    c
+}
+
+/// [`gemm_dense`] into `c` (resized to `[m × n]`), reusing its allocation.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn gemm_dense_into(a: &[f32], m: usize, k: usize, w: &[f32], n: usize, c: &mut Vec<f32>) {
     assert!(a.len() >= m * k && w.len() >= n * k, "[{m} × {k}] · [{n} × {k}]ᵀ with {} and {} values", a.len(), w.len());
-    let mut c = vec![0f32; m * n];
+    // Every value is overwritten (`read_dst` is false below).
+    c.resize(m * n, 0.0);
     if m == 0 || n == 0 {
-        return c;
+        return;
     }
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
     let parallelism = if threads > 1 && m * n * k >= 1 << 16 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     // SAFETY: `c` is [m × n] row-major (column stride 1, row stride n); `a`
     // is [m × k] row-major; `w` read as Wᵀ [k × n]: element (i, j) at
     // w[j·k + i] (column stride k, row stride 1); all in bounds (asserted).
-    // `read_dst` is false, so `c`'s zeros are overwritten, not accumulated.
+    // `read_dst` is false, so `c`'s old values are overwritten, never read.
     unsafe {
         gemm::gemm(
             m,
@@ -156,7 +173,6 @@ pub fn gemm_dense(a: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32
             parallelism,
         )
     };
-    c
 }
 
 /// How [`gemm_panel`] stores its product.
