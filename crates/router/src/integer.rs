@@ -201,8 +201,9 @@ impl Activations {
 
 /// The largest `|v|` of a block, folded in 8 independent lanes: a single
 /// running maximum is a serial chain the compiler may not reorder, and
-/// with it (and a saturating `as i8` per value) quantizing stayed scalar,
-/// as long per input as the narrow k and v products that read it.
+/// with it (and a saturating `as i8` per value) quantizing stayed scalar:
+/// its closure took 6.6 % of a 1,024-token native profile, 4.7 % after
+/// (both counting the load's repacking, which shares the symbol).
 #[inline(always)]
 fn abs_max(block: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
