@@ -302,7 +302,7 @@ fn softmax_body(row: &mut [f32], scale: f32) {
 /// Folds `values` with `f` in 16 independent lanes, then the lanes: the
 /// shape that vectorises (a single running accumulator is a serial chain).
 #[inline(always)]
-fn lanes(values: &[f32], start: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+pub(crate) fn lanes(values: &[f32], start: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [start; 16];
     let chunks = values.chunks_exact(16);
     let rest = chunks.remainder();
