@@ -26,7 +26,18 @@ export async function launch() {
   return chromium.launch({
     executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    // CHROMIUM_ARGS adds flags for one run, e.g. a profile of the worker's
+    // wasm: CHROMIUM_ARGS='--js-flags=--perf-basic-prof' under `perf record -a`.
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      ...(process.env.CHROMIUM_ARGS ?? '').split(' ').filter(Boolean),
+    ],
   });
 }
 

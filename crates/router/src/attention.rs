@@ -13,7 +13,7 @@
 
 #![allow(unsafe_code)]
 
-use crate::kernels::{gemm_panel, Store, NR};
+use crate::kernels::{gemm_panel, Store, NR, WIDE};
 use crate::parallel::{self, SharedMut};
 use crate::segment::KvPiece;
 
@@ -54,6 +54,31 @@ impl Shape {
 /// block's queries, packed, its `B`; then the softmaxed weights are `A` and
 /// the value rows `B`, accumulated piece by piece.
 pub fn causal(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, scale: f32, out: &mut [f32]) {
+    causal_at(panel_widths(s.head_dim)[0], q, pieces, s, scale, out);
+}
+
+/// The query panel widths [`causal`] can run at for heads of `head_dim`
+/// values on this CPU, the one it uses first: 16 queries a panel (one
+/// AVX-512 vector; the value rows, `head_dim` wide, must then hold whole
+/// panels of 16), and [`NR`] everywhere.
+pub fn panel_widths(head_dim: usize) -> Vec<usize> {
+    let wide = crate::kernels::wide_available() && head_dim.is_multiple_of(WIDE);
+    if wide {
+        vec![WIDE, NR]
+    } else {
+        vec![NR]
+    }
+}
+
+/// [`causal`] at one of [`panel_widths`].
+fn causal_at(width: usize, q: &[f32], pieces: &[KvPiece<'_>], s: Shape, scale: f32, out: &mut [f32]) {
+    match width {
+        WIDE => causal_panels::<WIDE>(q, pieces, s, scale, out),
+        _ => causal_panels::<NR>(q, pieces, s, scale, out),
+    }
+}
+
+fn causal_panels<const W: usize>(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, scale: f32, out: &mut [f32]) {
     let d = s.head_dim;
     let held: usize = pieces.iter().map(KvPiece::len).sum();
     assert_eq!(held, s.start + s.tokens, "keys held for {} positions, queries need {}", held, s.start + s.tokens);
@@ -67,7 +92,7 @@ pub fn causal(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, scale: f32, out: &mut
         let (h, block) = (t % s.heads, blocks - 1 - t / s.heads);
         let rows = block * QUERY_BLOCK..((block + 1) * QUERY_BLOCK).min(s.tokens);
         // SAFETY: this task alone writes rows `rows` × the `d` columns of head `h`.
-        unsafe { query_block(q, rows, h, h / group, pieces, s, scale, out_ptr.ptr()) };
+        unsafe { query_block::<W>(q, rows, h, h / group, pieces, s, scale, out_ptr.ptr()) };
     });
 }
 
@@ -77,11 +102,14 @@ const QUERY_BLOCK: usize = 32;
 /// One head's block of query rows: scores against every key the block may
 /// see, a causal (and windowed) softmax per row, then the weighted values,
 /// written into `out` (row stride `heads × d`) at head `h`'s columns.
+/// Queries are packed in panels of `W` and the values read `W` columns at
+/// a time.
 ///
 /// SAFETY: `out` is valid for `tokens × heads × d` values, and only this
-/// call writes rows `rows` × head `h`'s columns.
+/// call writes rows `rows` × head `h`'s columns; `W` is one of
+/// [`panel_widths`]`(d)`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn query_block(
+unsafe fn query_block<const W: usize>(
     q: &[f32],
     rows: std::ops::Range<usize>,
     h: usize,
@@ -94,18 +122,18 @@ unsafe fn query_block(
     let d = s.head_dim;
     let ld = s.heads * d;
     let m = rows.len();
-    let panels = m.div_ceil(NR);
+    let panels = m.div_ceil(W);
     // Key positions [lo, hi) that some row of the block sees.
     let (lo, hi) = (s.first_visible(s.start + rows.start), s.start + rows.end);
     let visible = hi - lo;
 
-    // The block's queries as the kernel's B: panels of NR queries, d rows each.
-    let mut packed = vec![0f32; panels * d * NR];
+    // The block's queries as the kernel's B: panels of W queries, d rows each.
+    let mut packed = vec![0f32; panels * d * W];
     for r in 0..m {
         let src = &q[(rows.start + r) * ld + h * d..][..d];
-        let (panel, lane) = (r / NR, r % NR);
+        let (panel, lane) = (r / W, r % W);
         for (x, &value) in src.iter().enumerate() {
-            packed[(panel * d + x) * NR + lane] = value;
+            packed[(panel * d + x) * W + lane] = value;
         }
     }
 
@@ -125,18 +153,18 @@ unsafe fn query_block(
             let keys = &piece.keys[(g * piece.head_rows + first_row) * d..][..count * d];
             for p in 0..panels {
                 // SAFETY: `weights` has m rows of ldw ≥ visible values; this
-                // writes rows p·NR..p·NR + cols < m, columns at..at + count ≤ visible.
+                // writes rows p·W..p·W + cols < m, columns at..at + count ≤ visible.
                 unsafe {
-                    gemm_panel(
+                    gemm_panel::<W>(
                         keys,
                         d,
                         count,
                         d,
-                        &packed[p * d * NR..],
-                        NR,
-                        weights.as_mut_ptr().add(p * NR * ldw + at),
+                        &packed[p * d * W..],
+                        W,
+                        weights.as_mut_ptr().add(p * W * ldw + at),
                         ldw,
-                        NR.min(m - p * NR),
+                        W.min(m - p * W),
                         Store::Transposed,
                     )
                 };
@@ -160,23 +188,25 @@ unsafe fn query_block(
 
         // Weighted values: the weights' columns for a piece times its value
         // rows, accumulated over the pieces in order.
+        // Value rows are padded to whole NR panels; at W = WIDE, d itself
+        // is a multiple of W (`panel_widths`), so they hold whole W panels.
         let width = d.div_ceil(NR) * NR;
         let mut first = true;
         for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
             let values = &piece.values[(g * piece.head_rows + first_row) * width..][..count * width];
-            for panel in 0..width / NR {
-                let cols = NR.min(d - panel * NR);
+            for panel in 0..width / W {
+                let cols = W.min(d - panel * W);
                 // SAFETY: per this function's contract; `weights` has m rows of
                 // `ldw` ≥ `visible` values, of which columns at..at + count are read.
                 unsafe {
-                    gemm_panel(
+                    gemm_panel::<W>(
                         &weights[at..],
                         ldw,
                         m,
                         count,
-                        &values[panel * NR..],
+                        &values[panel * W..],
                         width,
-                        out.add(rows.start * ld + h * d + panel * NR),
+                        out.add(rows.start * ld + h * d + panel * W),
                         ld,
                         cols,
                         if first { Store::Overwrite } else { Store::Accumulate },
@@ -200,13 +230,16 @@ thread_local! {
 }
 
 /// What [`probe`] measured: one layer's causal attention of `tokens` new
-/// tokens against themselves, the prefill's attention stage alone.
+/// tokens against themselves, the prefill's attention stage alone, at one
+/// query panel width.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AttentionProbe {
     pub tokens: usize,
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// Queries per panel (`panel_widths`): 16 on AVX-512, else 8.
+    pub panel_width: usize,
     pub repeats: usize,
     pub best_ms: f64,
     pub median_ms: f64,
@@ -222,9 +255,11 @@ pub fn causal_flops(s: Shape) -> f64 {
 }
 
 /// Times [`causal`] on varied data of shape `s` (one piece, as a prefill
-/// from scratch has), so the attention stage's rate can be compared with
-/// the projections' GEMM probe on the same device.
-pub fn probe(s: Shape, repeats: usize) -> AttentionProbe {
+/// from scratch has) at every panel width this CPU runs, the one prefills
+/// use first, repeats alternated between them (a noisy machine's slow
+/// spell then falls on no one width), so the attention stage's rate can be
+/// compared with the projections' GEMM probe on the same device.
+pub fn probe(s: Shape, repeats: usize) -> Vec<AttentionProbe> {
     let d = s.head_dim;
     let total = s.start + s.tokens;
     let width = d.div_ceil(NR) * NR;
@@ -234,28 +269,39 @@ pub fn probe(s: Shape, repeats: usize) -> AttentionProbe {
     let pieces = [KvPiece { keys: &keys, values: &values, head_rows: total, rows: 0..total }];
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0f32; s.tokens * s.heads * d];
-    // One untimed call: the first allocates.
-    causal(&q, &pieces, s, scale, &mut out);
-    let mut times: Vec<f64> = (0..repeats.max(1))
-        .map(|_| {
-            let started = web_time::Instant::now();
-            causal(&q, &pieces, s, scale, &mut out);
-            std::hint::black_box(&out);
-            started.elapsed().as_secs_f64() * 1000.0
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    let best_ms = times[0].max(1e-3);
-    AttentionProbe {
-        tokens: s.tokens,
-        heads: s.heads,
-        kv_heads: s.kv_heads,
-        head_dim: d,
-        repeats: times.len(),
-        best_ms,
-        median_ms: times[times.len() / 2],
-        gflops: causal_flops(s) / best_ms / 1e6,
+    let widths = panel_widths(d);
+    for &w in &widths {
+        // One untimed call each: the first allocates.
+        causal_at(w, &q, &pieces, s, scale, &mut out);
     }
+    let mut times = vec![Vec::with_capacity(repeats.max(1)); widths.len()];
+    for _ in 0..repeats.max(1) {
+        for (&w, times) in widths.iter().zip(&mut times) {
+            let started = web_time::Instant::now();
+            causal_at(w, &q, &pieces, s, scale, &mut out);
+            std::hint::black_box(&out);
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    widths
+        .iter()
+        .zip(times)
+        .map(|(&panel_width, mut times)| {
+            times.sort_by(f64::total_cmp);
+            let best_ms = times[0].max(1e-3);
+            AttentionProbe {
+                tokens: s.tokens,
+                heads: s.heads,
+                kv_heads: s.kv_heads,
+                head_dim: d,
+                panel_width,
+                repeats: times.len(),
+                best_ms,
+                median_ms: times[times.len() / 2],
+                gflops: causal_flops(s) / best_ms / 1e6,
+            }
+        })
+        .collect()
 }
 
 /// Calls `f(piece, first_row, count, at)` for each piece's part inside key
@@ -273,9 +319,16 @@ fn for_each_overlap(pieces: &[KvPiece<'_>], lo: usize, hi: usize, mut f: impl Fn
 }
 
 /// `row ← softmax(row · scale)` in place. Natively the same code is also
-/// compiled for AVX2 (eight lanes instead of SSE2's four) and chosen at run
-/// time, as the matmul kernels are; wasm32 has SIMD128 only.
+/// compiled for AVX-512 and AVX2 (sixteen or eight lanes instead of SSE2's
+/// four) and chosen at run time, as the matmul kernels are; wasm32 has
+/// SIMD128 only.
 fn softmax(row: &mut [f32], scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::wide_available() {
+        // SAFETY: the CPU has AVX-512F (just detected), and so AVX2 and FMA.
+        unsafe { softmax_avx512(row, scale) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if crate::kernels::avx2::available() {
         // SAFETY: the CPU has AVX2 and FMA (just detected).
@@ -288,6 +341,13 @@ fn softmax(row: &mut [f32], scale: f32) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn softmax_avx2(row: &mut [f32], scale: f32) {
+    softmax_body(row, scale);
+}
+
+/// Sixteen lanes a vector: `lanes`' 16 accumulators are then one register.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn softmax_avx512(row: &mut [f32], scale: f32) {
     softmax_body(row, scale);
 }
 
@@ -404,13 +464,14 @@ mod tests {
     fn matches_the_masked_softmax_definition_with_grouped_heads_pieces_and_windows() {
         let shape = |heads, kv_heads, tokens, start, head_dim, window| Shape { heads, kv_heads, tokens, head_dim, start, window };
         // Shapes, and where the held keys are cut into pieces.
-        let cases: [(Shape, &[usize]); 6] = [
+        let cases: [(Shape, &[usize]); 7] = [
             (shape(9, 3, 17, 0, 64, None), &[]),
             (shape(4, 4, 5, 7, 12, None), &[3]),
             (shape(8, 2, 33, 3, 128, None), &[1, 2, 20]),
             (shape(2, 1, 1, 0, 8, None), &[]),
             (shape(4, 2, 70, 9, 16, Some(24)), &[9, 40]),
             (shape(2, 2, 40, 0, 8, Some(1)), &[]),
+            (shape(6, 2, 45, 5, 32, Some(30)), &[2, 21]),
         ];
         for (s, cuts) in cases {
             let Shape { heads, kv_heads, tokens, head_dim: d, start, .. } = s;
@@ -424,12 +485,15 @@ mod tests {
             let pieces: Vec<KvPiece<'_>> =
                 bounds.windows(2).map(|w| KvPiece { keys: &k, values: &vp, head_rows: total, rows: w[0]..w[1] }).collect();
             let scale = 1.0 / (d as f32).sqrt();
-            let mut ours = vec![f32::NAN; tokens * heads * d];
-            causal(&q, &pieces, s, scale, &mut ours);
-            assert!(ours.iter().all(|x| x.is_finite()), "{s:?}: every output written");
             let want = reference(&q, &k, &v, s, scale);
-            let worst = ours.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            assert!(worst < 2e-5, "{s:?} cut at {cuts:?}: worst |difference| {worst}");
+            // Every panel width this CPU runs (16 on AVX-512 where d allows).
+            for width in panel_widths(d) {
+                let mut ours = vec![f32::NAN; tokens * heads * d];
+                causal_at(width, &q, &pieces, s, scale, &mut ours);
+                assert!(ours.iter().all(|x| x.is_finite()), "{s:?}, panels of {width}: every output written");
+                let worst = ours.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(worst < 2e-5, "{s:?} cut at {cuts:?}, panels of {width}: worst |difference| {worst}");
+            }
         }
     }
 }

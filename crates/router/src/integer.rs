@@ -95,7 +95,15 @@ pub fn kernels() -> Vec<Kernel> {
         // order is a measurement. On 512-bit vectors, two panels a step,
         // it measured no faster (401 GFLOP/s): the dots are not what
         // bounds the product, so that variant is not kept.
+        //
+        // Two panels a pass (each activation broadcast serving 16 weight
+        // rows) measured 4–5 % faster for AVX-VNNI on the gate/up shape
+        // and 1–4 % on the down projection's (331–353 against 316–338
+        // GFLOP/s, `gemm-probe --kernels --repeats 25`, three runs), and
+        // slower for the EVEX form (296–322 against 323–336), so only
+        // AVX-VNNI has it.
         if avx2 && has!("avxvnni") {
+            found.push(Kernel { name: "AVX-VNNI u8×i8 dot, 2 panels a pass", strip: x86::avx_vnni_2 });
             found.push(Kernel { name: "AVX-VNNI u8×i8 dot", strip: x86::avx_vnni });
         }
         if avx2 && has!("avx512vnni") && has!("avx512vl") {
@@ -540,15 +548,16 @@ mod x86 {
 
     /// A kernel's entry: checks the strip's bounds, then runs the body
     /// compiled with the kernel's target features (`STEPS` a constant: 4
-    /// steps per Q6_K scale, 8 per 32-value one).
+    /// steps per Q6_K scale, 8 per 32-value one), `PANELS` weight panels
+    /// (1 or 2) per pass over the activation rows.
     macro_rules! kernel {
-        ($name:ident, $features:literal, $two_steps:ty) => {
+        ($name:ident, $features:literal, $two_steps:ty, $panels:literal) => {
             pub fn $name(s: &Strip, out: &mut [f32], ld: usize) {
                 #[target_feature(enable = $features)]
                 unsafe fn steps<const STEPS: usize>(s: &Strip, out: &mut [f32], ld: usize) {
                     // SAFETY: the body's features are enabled here; bounds
                     // as asserted by the caller below.
-                    unsafe { strip_body::<STEPS, $two_steps>(s, out, ld) }
+                    unsafe { strip_body::<STEPS, $panels, $two_steps>(s, out, ld) }
                 }
                 s.assert_in_bounds();
                 // SAFETY: `kernels` offers this function only where the CPU
@@ -564,66 +573,97 @@ mod x86 {
         };
     }
 
-    kernel!(avx2, "avx2,fma", Avx2);
-    kernel!(avx_vnni, "avx2,fma,avxvnni", AvxVnni);
-    kernel!(avx512_vnni, "avx2,fma,avx512vnni,avx512vl", Avx512Vnni);
+    kernel!(avx2, "avx2,fma", Avx2, 1);
+    kernel!(avx_vnni, "avx2,fma,avxvnni", AvxVnni, 1);
+    kernel!(avx_vnni_2, "avx2,fma,avxvnni", AvxVnni, 2);
+    kernel!(avx512_vnni, "avx2,fma,avx512vnni,avx512vl", Avx512Vnni, 1);
 
-    /// The strip's panels, `R` activation rows × 8 weight rows at a time,
-    /// with `STEPS` steps of 4 values per weight scale; on raw pointers and
-    /// plain loops. Inlined into each kernel's entry, whose target
-    /// features the intrinsics then compile with.
+    /// The strip's panels, `PANELS` at a time (a last odd one alone).
     ///
     /// # Safety
     /// AVX2, FMA and `D`'s features are enabled; the strip's bounds hold
     /// (`Strip::assert_in_bounds`).
     #[inline(always)]
-    unsafe fn strip_body<const STEPS: usize, D: TwoSteps>(s: &Strip, out: &mut [f32], ld: usize) {
+    unsafe fn strip_body<const STEPS: usize, const PANELS: usize, D: TwoSteps>(s: &Strip, out: &mut [f32], ld: usize) {
+        let mut p = s.panels.start;
+        while p < s.panels.end {
+            // SAFETY: forwarded; panels p..p + PANELS lie in the strip's.
+            if PANELS == 2 && p + 1 < s.panels.end {
+                unsafe { panels_body::<STEPS, 2, D>(s, p, out, ld) };
+                p += 2;
+            } else {
+                unsafe { panels_body::<STEPS, 1, D>(s, p, out, ld) };
+                p += 1;
+            }
+        }
+    }
+
+    /// Panels `first..first + P` against the strip's `R` activation rows,
+    /// with `STEPS` steps of 4 values per weight scale; on raw pointers
+    /// and plain loops. Each activation broadcast serves the `P` panels'
+    /// weight vectors: at `P = 2`, 12 loads for 16 dots instead of 20,
+    /// for twice the accumulators (16 ymm registers hold the dots, the
+    /// weights and the broadcasts; AVX-512's 32 also the f32 sums).
+    /// Inlined into each kernel's entry, whose target features the
+    /// intrinsics then compile with.
+    ///
+    /// # Safety
+    /// AVX2, FMA and `D`'s features are enabled; the strip's bounds hold
+    /// (`Strip::assert_in_bounds`) and `first + P ≤ s.panels.end`.
+    #[inline(always)]
+    unsafe fn panels_body<const STEPS: usize, const P: usize, D: TwoSteps>(s: &Strip, first: usize, out: &mut [f32], ld: usize) {
         let (k, group, groups) = (s.k, s.group, s.groups());
-        for p in s.panels.clone() {
-            // SAFETY (every block below): panel p, its scales and minimums
-            // lie inside the weight; each activation row holds k values,
-            // k / 32 scales and k / group sums, and step s reads values
-            // 4s..4s + 8 < k; the features are enabled (this function's
-            // contract).
-            let (wq, ws, wm) = unsafe {
-                (s.q.as_ptr().add(p * PANEL * k), s.scales.as_ptr().add(p * groups * PANEL), s.mins.as_ptr().add(p * groups * PANEL))
-            };
-            let mut acc = [unsafe { _mm256_setzero_ps() }; R];
-            for g in 0..groups {
-                let mut dots = [unsafe { _mm256_setzero_si256() }; R];
-                for pair in 0..STEPS / 2 {
-                    let step = g * STEPS + 2 * pair;
-                    let (w0, w1) = unsafe {
-                        let w = wq.add(step * PANEL * STEP) as *const __m256i;
-                        (_mm256_loadu_si256(w), _mm256_loadu_si256(w.add(1)))
-                    };
-                    for (dots_r, x_row) in dots.iter_mut().zip(s.x) {
-                        unsafe {
-                            let x = x_row.as_ptr().add(step * STEP) as *const i32;
-                            let (x0, x1) = (_mm256_set1_epi32(x.read_unaligned()), _mm256_set1_epi32(x.add(1).read_unaligned()));
-                            *dots_r = D::add(*dots_r, w0, x0, w1, x1);
+        // SAFETY (every block below): panels first..first + P, their scales
+        // and minimums lie inside the weight; each activation row holds k
+        // values, k / 32 scales and k / group sums, and step s reads values
+        // 4s..4s + 8 < k; the features are enabled (this function's
+        // contract).
+        let wq: [*const u8; P] = std::array::from_fn(|i| unsafe { s.q.as_ptr().add((first + i) * PANEL * k) });
+        let ws: [*const f32; P] = std::array::from_fn(|i| unsafe { s.scales.as_ptr().add((first + i) * groups * PANEL) });
+        let wm: [*const f32; P] = std::array::from_fn(|i| unsafe { s.mins.as_ptr().add((first + i) * groups * PANEL) });
+        // Panel-major: `acc[i][r]` is panel i's sums for activation row r.
+        let mut acc = [[unsafe { _mm256_setzero_ps() }; R]; P];
+        for g in 0..groups {
+            let mut dots = [[unsafe { _mm256_setzero_si256() }; P]; R];
+            for pair in 0..STEPS / 2 {
+                let step = g * STEPS + 2 * pair;
+                let w: [(__m256i, __m256i); P] = std::array::from_fn(|i| unsafe {
+                    let w = wq[i].add(step * PANEL * STEP) as *const __m256i;
+                    (_mm256_loadu_si256(w), _mm256_loadu_si256(w.add(1)))
+                });
+                for (dots_r, x_row) in dots.iter_mut().zip(s.x) {
+                    unsafe {
+                        let x = x_row.as_ptr().add(step * STEP) as *const i32;
+                        let (x0, x1) = (_mm256_set1_epi32(x.read_unaligned()), _mm256_set1_epi32(x.add(1).read_unaligned()));
+                        for (dots_ri, &(w0, w1)) in dots_r.iter_mut().zip(&w) {
+                            *dots_ri = D::add(*dots_ri, w0, x0, w1, x1);
                         }
                     }
                 }
-                unsafe {
-                    let (w_scales, w_mins) = (_mm256_loadu_ps(ws.add(g * PANEL)), _mm256_loadu_ps(wm.add(g * PANEL)));
-                    for r in 0..R {
-                        let x_scale = _mm256_broadcast_ss(&*s.x_scales[r].as_ptr().add(g * group / BLOCK));
-                        let x_sum = _mm256_broadcast_ss(&*s.x_sums[r].as_ptr().add(g));
-                        acc[r] = _mm256_fmadd_ps(
+            }
+            unsafe {
+                let x_scales: [__m256; R] = std::array::from_fn(|r| _mm256_broadcast_ss(&*s.x_scales[r].as_ptr().add(g * group / BLOCK)));
+                let x_sums: [__m256; R] = std::array::from_fn(|r| _mm256_broadcast_ss(&*s.x_sums[r].as_ptr().add(g)));
+                for (i, acc_i) in acc.iter_mut().enumerate() {
+                    let (w_scales, w_mins) = (_mm256_loadu_ps(ws[i].add(g * PANEL)), _mm256_loadu_ps(wm[i].add(g * PANEL)));
+                    for (r, acc_ir) in acc_i.iter_mut().enumerate() {
+                        *acc_ir = _mm256_fmadd_ps(
                             w_mins,
-                            x_sum,
-                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(w_scales, x_scale), acc[r]),
+                            x_sums[r],
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r][i]), _mm256_mul_ps(w_scales, x_scales[r]), *acc_ir),
                         );
                     }
                 }
             }
-            let mut sums = [[0f32; PANEL]; R];
-            for r in 0..R {
+        }
+        for (i, acc_i) in acc.iter().enumerate() {
+            let sums: [[f32; PANEL]; R] = acc_i.map(|sum| {
+                let mut row = [0f32; PANEL];
                 // SAFETY: a store of 8 f32 into an array of 8.
-                unsafe { _mm256_storeu_ps(sums[r].as_mut_ptr(), acc[r]) };
-            }
-            s.store_panel(p, &sums, out, ld);
+                unsafe { _mm256_storeu_ps(row.as_mut_ptr(), sum) };
+                row
+            });
+            s.store_panel(first + i, &sums, out, ld);
         }
     }
 }
@@ -654,43 +694,57 @@ mod simd128 {
             static ORDER: std::sync::OnceLock<[Kernel; 2]> = std::sync::OnceLock::new();
             let i32_dots = Kernel { name: "relaxed-SIMD i8 dot, summed in i32", strip: strip::<DotI32> };
             let i16_pairs = Kernel { name: "relaxed-SIMD i8 dot, pairs summed in i16", strip: strip::<PairsI16> };
-            let order = ORDER.get_or_init(|| if faster(i32_dots, i16_pairs) { [i32_dots, i16_pairs] } else { [i16_pairs, i32_dots] });
+            // The i16 pairs only when they win clearly: where they lose (a
+            // VNNI CPU) they lose by half, where they win by a sixth, and a
+            // noisy machine (two busy vCPUs) timed either way round.
+            let order = ORDER.get_or_init(|| if faster(i16_pairs, i32_dots, 1.15) { [i16_pairs, i32_dots] } else { [i32_dots, i16_pairs] });
             order.to_vec()
         }
         #[cfg(not(target_feature = "relaxed-simd"))]
         vec![Kernel { name: "SIMD128 i16 dot", strip: strip::<ExtMul> }]
     }
 
-    /// Whether `a` runs a strip of SmolLM2's width faster than `b`: the
-    /// best of 5 alternated runs each, on one thread (a run is 4 rows ×
-    /// 256 weight rows × 576, 1.2 MFLOP).
+    /// Whether `a` runs SmolLM2-wide strips more than `margin` times
+    /// faster than `b`: the best of 7 alternated runs each, on one thread
+    /// (a run is 32 rows × 256 weight rows × 576, 9.4 MFLOP, about a
+    /// millisecond: at 1.2 MFLOP a run was tens of microseconds, near the
+    /// clock's grain, and the order came out either way from one page
+    /// load to the next on the same machine).
     #[cfg(target_feature = "relaxed-simd")]
-    fn faster(a: Kernel, b: Kernel) -> bool {
+    fn faster(a: Kernel, b: Kernel, margin: f64) -> bool {
+        const ROWS: usize = 8 * R;
         let (n, k) = (256, 576);
         let weight = IntPacked::from_row_fn(n, k, 32, |r, q, scales, mins| {
             q.iter_mut().enumerate().for_each(|(i, v)| *v = ((r * 5 + i * 3) % 64) as u8);
             scales.fill(0.01);
             mins.fill(-0.1);
         });
-        let x: Vec<f32> = (0..R * k).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
-        let acts = Activations::quantize(&x, R, k, 32);
-        let mut out = vec![0f32; R * n];
+        let x: Vec<f32> = (0..ROWS * k).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
+        let acts = Activations::quantize(&x, ROWS, k, 32);
+        let mut out = vec![0f32; ROWS * n];
         let mut time = |kernel: Kernel| {
             let started = web_time::Instant::now();
-            weight.product_rows(&acts, 0, R, 0..n, &mut out, n, kernel.strip);
-            started.elapsed()
+            weight.product_rows(&acts, 0, ROWS, 0..n, &mut out, n, kernel.strip);
+            started.elapsed().as_secs_f64()
         };
-        let (mut best_a, mut best_b) = (std::time::Duration::MAX, std::time::Duration::MAX);
-        for _ in 0..5 {
+        let (mut best_a, mut best_b) = (f64::MAX, f64::MAX);
+        for _ in 0..7 {
             best_a = best_a.min(time(a));
             best_b = best_b.min(time(b));
         }
-        best_a < best_b
+        best_a * margin < best_b
     }
 
     /// Running sums of two steps' products for 4 weight rows (a half
     /// panel): the one place the wasm kernels differ.
     trait Dots: Copy {
+        /// Halves of a panel one pass over its steps accumulates: 2 where
+        /// a half's running sums are one vector (the relaxed dots: in the
+        /// inner loop 8 accumulators, 4 weight vectors and 2 broadcasts
+        /// fit the 16 vector registers V8 has on x86_64; the f32 sums,
+        /// touched once a block, may wait in memory), 1 where they are
+        /// two (`ExtMul`: 16 accumulators alone would spill).
+        const HALVES_AT_ONCE: usize;
         fn new() -> Self;
         /// Adds steps `s`, `s + 1`: `x0`, `x1` the activation row's 4
         /// values of each (broadcast), `w0`, `w1` the 4 weight rows' 4
@@ -709,6 +763,7 @@ mod simd128 {
 
     #[cfg(target_feature = "relaxed-simd")]
     impl Dots for PairsI16 {
+        const HALVES_AT_ONCE: usize = 2;
         #[inline(always)]
         fn new() -> Self {
             PairsI16(i32x4_splat(0))
@@ -734,6 +789,7 @@ mod simd128 {
 
     #[cfg(target_feature = "relaxed-simd")]
     impl Dots for DotI32 {
+        const HALVES_AT_ONCE: usize = 2;
         #[inline(always)]
         fn new() -> Self {
             DotI32(i32x4_splat(0))
@@ -760,6 +816,7 @@ mod simd128 {
 
     #[cfg(not(target_feature = "relaxed-simd"))]
     impl Dots for ExtMul {
+        const HALVES_AT_ONCE: usize = 1;
         #[inline(always)]
         fn new() -> Self {
             ExtMul([i32x4_splat(0); 2])
@@ -795,33 +852,44 @@ mod simd128 {
     fn strip<D: Dots>(s: &Strip, out: &mut [f32], ld: usize) {
         // The pointers below stay inside their slices (see `strip_steps`).
         s.assert_in_bounds();
-        if s.group == 16 {
-            strip_steps::<4, D>(s, out, ld)
-        } else {
-            strip_steps::<8, D>(s, out, ld)
+        match (s.group, D::HALVES_AT_ONCE) {
+            (16, 2) => strip_steps::<4, 2, D>(s, out, ld),
+            (16, _) => strip_steps::<4, 1, D>(s, out, ld),
+            (_, 2) => strip_steps::<8, 2, D>(s, out, ld),
+            _ => strip_steps::<8, 1, D>(s, out, ld),
         }
     }
 
-    /// The strip's panels, each as two halves of 4 weight rows against the
-    /// `R` activation rows, with `STEPS` steps of 4 values per weight scale.
-    fn strip_steps<const STEPS: usize, D: Dots>(s: &Strip, out: &mut [f32], ld: usize) {
+    /// The strip's panels, as two halves of 4 weight rows against the `R`
+    /// activation rows, `H` halves per pass over the panel's steps, with
+    /// `STEPS` steps of 4 values per weight scale. At `H = 2` each
+    /// activation broadcast serves both halves: 12 loads for 16 dots
+    /// instead of 20, for 8 dot accumulators instead of 4 (see
+    /// [`Dots::HALVES_AT_ONCE`]).
+    fn strip_steps<const STEPS: usize, const H: usize, D: Dots>(s: &Strip, out: &mut [f32], ld: usize) {
         let (k, group, groups) = (s.k, s.group, s.groups());
         for p in s.panels.clone() {
             let wq = s.q.as_ptr().wrapping_add(p * PANEL * k);
             let ws = s.scales.as_ptr().wrapping_add(p * groups * PANEL);
             let wm = s.mins.as_ptr().wrapping_add(p * groups * PANEL);
             let mut sums = [[0f32; PANEL]; R];
-            for half in 0..2 {
-                let mut acc = [f32x4_splat(0.0); R];
+            for pass in 0..2 / H {
+                let mut acc = [[f32x4_splat(0.0); H]; R];
                 for g in 0..groups {
-                    let mut dots = [D::new(); R];
+                    let mut dots = [[D::new(); H]; R];
+                    // A loop, as LLVM keeps it: written out by hand, its
+                    // loads were all hoisted to the top of the block and V8
+                    // spilled most of the registers they took.
                     for pair in 0..STEPS / 2 {
                         let step = g * STEPS + 2 * pair;
                         // SAFETY: panel p lies inside the weight (asserted by
-                        // `strip`); these are 16 of a step's 32 bytes.
-                        let (w0, w1) = unsafe {
-                            let w = wq.add(step * PANEL * STEP + half * HALF * STEP);
-                            (v128_load(w as *const v128), v128_load(w.add(PANEL * STEP) as *const v128))
+                        // `strip`); these are H × 16 of each step's 32 bytes.
+                        let (w0, w1): ([v128; H], [v128; H]) = unsafe {
+                            let w = wq.add(step * PANEL * STEP + pass * H * HALF * STEP);
+                            (
+                                std::array::from_fn(|h| v128_load(w.add(h * HALF * STEP) as *const v128)),
+                                std::array::from_fn(|h| v128_load(w.add(PANEL * STEP + h * HALF * STEP) as *const v128)),
+                            )
                         };
                         for (r, dots_r) in dots.iter_mut().enumerate() {
                             // SAFETY: values 4·step..4·step + 8 < k of a whole row.
@@ -829,25 +897,33 @@ mod simd128 {
                                 let x = s.x[r].as_ptr().add(step * STEP) as *const u32;
                                 (v128_load32_splat(x), v128_load32_splat(x.add(1)))
                             };
-                            dots_r.add_two_steps(x0, w0, x1, w1);
+                            for h in 0..H {
+                                dots_r[h].add_two_steps(x0, w0[h], x1, w1[h]);
+                            }
                         }
                     }
-                    // SAFETY: the group's scales and minimums for this half's 4
-                    // rows, inside the panel's.
-                    let (w_scales, w_mins) = unsafe {
-                        (
-                            v128_load(ws.add(g * PANEL + half * HALF) as *const v128),
-                            v128_load(wm.add(g * PANEL + half * HALF) as *const v128),
-                        )
-                    };
-                    for (r, acc_r) in acc.iter_mut().enumerate() {
-                        let scale = f32x4_mul(w_scales, f32x4_splat(s.x_scales[r][g * group / BLOCK]));
-                        *acc_r = madd(w_mins, f32x4_splat(s.x_sums[r][g]), madd(f32x4_convert_i32x4(dots[r].rows()), scale, *acc_r));
+                    for h in 0..H {
+                        let half = pass * H + h;
+                        // SAFETY: the group's scales and minimums for this
+                        // half's 4 rows, inside the panel's.
+                        let (w_scales, w_mins) = unsafe {
+                            (
+                                v128_load(ws.add(g * PANEL + half * HALF) as *const v128),
+                                v128_load(wm.add(g * PANEL + half * HALF) as *const v128),
+                            )
+                        };
+                        for (r, acc_r) in acc.iter_mut().enumerate() {
+                            let scale = f32x4_mul(w_scales, f32x4_splat(s.x_scales[r][g * group / BLOCK]));
+                            acc_r[h] =
+                                madd(w_mins, f32x4_splat(s.x_sums[r][g]), madd(f32x4_convert_i32x4(dots[r][h].rows()), scale, acc_r[h]));
+                        }
                     }
                 }
                 for (r, acc_r) in acc.iter().enumerate() {
-                    // SAFETY: a store of 4 f32 into 4 of an array of 8.
-                    unsafe { v128_store(sums[r][half * HALF..].as_mut_ptr() as *mut v128, *acc_r) };
+                    for (h, acc_rh) in acc_r.iter().enumerate() {
+                        // SAFETY: a store of 4 f32 into 4 of an array of 8.
+                        unsafe { v128_store(sums[r][(pass * H + h) * HALF..].as_mut_ptr() as *mut v128, *acc_rh) };
+                    }
                 }
             }
             s.store_panel(p, &sums, out, ld);

@@ -116,7 +116,7 @@ impl Packed {
                 let b = &self.panels[p * self.k * NR..(p + 1) * self.k * NR];
                 let cols = NR.min(self.n - p * NR);
                 // SAFETY: each task writes only the columns of its own panels.
-                unsafe { gemm_panel(a, lda, m, self.k, b, NR, out.ptr().add(p * NR), self.n, cols, Store::Overwrite) };
+                unsafe { gemm_panel::<NR>(a, lda, m, self.k, b, NR, out.ptr().add(p * NR), self.n, cols, Store::Overwrite) };
             }
         });
     }
@@ -193,18 +193,37 @@ pub(crate) enum Store {
     Transposed,
 }
 
-/// `C[m × cols] = A[m × k] · B[k × NR]` for one column panel, stored as
-/// `store` says: `a` holds `m` rows of `k` values at stride `lda`; `b` holds
-/// `k` rows of `NR` values with stride `ldb`; `c` points at the panel's
-/// first column in a row-major matrix with stride `ldc` (its first row
-/// when transposed).
+/// Columns per panel of the wide micro-kernel: one AVX-512 vector. Only
+/// attention uses it (its query panels and value columns are its own
+/// layout); the weights' panels stay [`NR`] wide on every target.
+pub(crate) const WIDE: usize = 16;
+
+/// Whether this build and CPU run [`WIDE`] panels (x86_64 with AVX-512F,
+/// detected once).
+pub(crate) fn wide_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `C[m × cols] = A[m × k] · B[k × W]` for one column panel `W` wide
+/// ([`NR`], or [`WIDE`] where [`wide_available`]), stored as `store`
+/// says: `a` holds `m` rows of `k` values at stride `lda`; `b` holds `k`
+/// rows of `W` values with stride `ldb`; `c` points at the panel's first
+/// column in a row-major matrix with stride `ldc` (its first row when
+/// transposed).
 ///
 /// SAFETY: `c` must be valid for `m` rows of `cols` values at stride `ldc`
 /// (`cols` rows of `m` values when transposed), and not written by anyone
 /// else meanwhile.
 // BLAS-style: a matrix argument is a pointer, its rows and its stride.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_panel(
+pub(crate) unsafe fn gemm_panel<const W: usize>(
     a: &[f32],
     lda: usize,
     m: usize,
@@ -223,21 +242,21 @@ pub(crate) unsafe fn gemm_panel(
         let mut r0 = 0;
         while r0 < m {
             let rows = MR.min(m - r0);
-            let mut tile = [0f32; MR * NR];
-            micro(rows, kc, &a[r0 * lda + k0..], lda, &b[k0 * ldb..], ldb, &mut tile);
+            let mut tile = [0f32; MR * WIDE];
+            micro::<W>(rows, kc, &a[r0 * lda + k0..], lda, &b[k0 * ldb..], ldb, &mut tile);
             if store == Store::Transposed {
                 for j in 0..cols {
                     // SAFETY: output row j < cols, columns r0..r0 + rows ≤ m, per the caller.
                     let dst = unsafe { std::slice::from_raw_parts_mut(c.add(j * ldc + r0), rows) };
                     for (r, d) in dst.iter_mut().enumerate() {
-                        *d = if overwrite { tile[r * NR + j] } else { *d + tile[r * NR + j] };
+                        *d = if overwrite { tile[r * W + j] } else { *d + tile[r * W + j] };
                     }
                 }
             } else {
                 for r in 0..rows {
-                    // SAFETY: row r0 + r < m, columns < cols ≤ NR, per the caller.
+                    // SAFETY: row r0 + r < m, columns < cols ≤ W, per the caller.
                     let dst = unsafe { std::slice::from_raw_parts_mut(c.add((r0 + r) * ldc), cols) };
-                    let src = &tile[r * NR..r * NR + cols];
+                    let src = &tile[r * W..r * W + cols];
                     if overwrite {
                         dst.copy_from_slice(src);
                     } else {
@@ -257,9 +276,19 @@ pub(crate) unsafe fn gemm_panel(
 /// tile buffer is sized for the larger.
 const MR: usize = 8;
 
-/// One tile: `out[rows × NR] = A[rows × kc] · B[kc × NR]`.
-fn micro(rows: usize, kc: usize, a: &[f32], lda: usize, b: &[f32], ldb: usize, out: &mut [f32; MR * NR]) {
-    assert!(rows <= MR && a.len() >= (rows - 1) * lda + kc && b.len() >= (kc - 1) * ldb + NR);
+/// One tile: `out[rows × W] = A[rows × kc] · B[kc × W]`, rows `W` apart.
+fn micro<const W: usize>(rows: usize, kc: usize, a: &[f32], lda: usize, b: &[f32], ldb: usize, out: &mut [f32; MR * WIDE]) {
+    assert!(rows <= MR && a.len() >= (rows - 1) * lda + kc && b.len() >= (kc - 1) * ldb + W);
+    if W == WIDE {
+        #[cfg(target_arch = "x86_64")]
+        if avx512::available() {
+            // SAFETY: the CPU has AVX-512F; bounds asserted above.
+            unsafe { avx512::micro(rows, kc, a.as_ptr(), lda, b.as_ptr(), ldb, out.as_mut_ptr()) };
+            return;
+        }
+        panic!("{WIDE}-wide panels need AVX-512F: callers check `wide_available` first");
+    }
+    assert_eq!(W, NR, "panels are {NR} or {WIDE} wide");
     #[cfg(target_arch = "wasm32")]
     {
         // Four-row tiles on SIMD128; a tile of up to eight rows is two calls.
@@ -338,7 +367,8 @@ unsafe fn dispatch_rows<L: Lanes, const V: usize>(
 unsafe fn tile<L: Lanes, const R: usize, const V: usize>(kc: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, out: *mut f32) {
     let mut acc = [[L::zero(); V]; R];
     // SAFETY: the caller guarantees `a` has R rows of kc values at stride
-    // lda, `b` kc rows of V × WIDTH values at stride ldb, `out` R × NR values.
+    // lda, `b` kc rows of V × WIDTH values at stride ldb, `out` R rows of
+    // V × WIDTH values.
     unsafe {
         for kk in 0..kc {
             let row = b.add(kk * ldb);
@@ -352,7 +382,7 @@ unsafe fn tile<L: Lanes, const R: usize, const V: usize>(kc: usize, a: *const f3
         }
         for (r, acc_r) in acc.iter().enumerate() {
             for (v, acc_rv) in acc_r.iter().enumerate() {
-                acc_rv.store(out.add(r * NR + v * L::WIDTH));
+                acc_rv.store(out.add(r * V * L::WIDTH + v * L::WIDTH));
             }
         }
     }
@@ -488,6 +518,65 @@ pub(crate) mod avx2 {
 
     /// SAFETY: the CPU has AVX2 and FMA; pointers as for `super::tile`.
     #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn micro(rows: usize, kc: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, out: *mut f32) {
+        // SAFETY: forwarded.
+        unsafe { super::dispatch_rows::<V, 1>(rows, kc, a, lda, b, ldb, out) }
+    }
+}
+
+/// The wide panels: one AVX-512 vector of 16 lanes per panel row, for
+/// attention natively. Its scores and weighted values are [`MR`] × 16
+/// tiles instead of [`MR`] × 8: the same loads and broadcasts a step, each
+/// fused multiply–add twice as wide. The rest of the prefill keeps [`NR`]
+/// (its f32 projections run on `gemm_dense` natively anyway).
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512 {
+    use super::{Lanes, WIDE};
+    use std::arch::x86_64::*;
+
+    /// Whether this CPU has AVX-512F (detected once).
+    pub fn available() -> bool {
+        use std::sync::OnceLock;
+        static AVAILABLE: OnceLock<bool> = OnceLock::new();
+        *AVAILABLE.get_or_init(|| is_x86_feature_detected!("avx512f"))
+    }
+
+    #[derive(Clone, Copy)]
+    pub struct V(__m512);
+
+    impl Lanes for V {
+        const WIDTH: usize = 16;
+        #[inline(always)]
+        fn zero() -> V {
+            // SAFETY: only reached from `micro`, which has AVX-512F enabled.
+            V(unsafe { _mm512_setzero_ps() })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> V {
+            // SAFETY: per the trait.
+            V(unsafe { _mm512_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> V {
+            // SAFETY: per the trait.
+            V(unsafe { _mm512_set1_ps(*p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: per the trait.
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        fn mul_add(self, a: V, b: V) -> V {
+            // SAFETY: only reached from `micro`, which has AVX-512F enabled.
+            V(unsafe { _mm512_fmadd_ps(a.0, b.0, self.0) })
+        }
+    }
+
+    const _: () = assert!(WIDE == 16, "one AVX-512 vector per wide panel row");
+
+    /// SAFETY: the CPU has AVX-512F; pointers as for `super::tile`.
+    #[target_feature(enable = "avx512f")]
     pub unsafe fn micro(rows: usize, kc: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, out: *mut f32) {
         // SAFETY: forwarded.
         unsafe { super::dispatch_rows::<V, 1>(rows, kc, a, lda, b, ldb, out) }
