@@ -235,6 +235,11 @@ pub(crate) unsafe fn gemm_panel<const W: usize>(
     cols: usize,
     store: Store,
 ) {
+    // One tile buffer for the whole panel, sized for the widest panels:
+    // each `micro` call writes every value read back after it, so it is
+    // never cleared between tiles (a fresh zeroed tile per call cleared
+    // 512 bytes beside the 8 × 64 multiply–adds of an attention score tile).
+    let mut tile = [0f32; MR * WIDE];
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
@@ -242,7 +247,6 @@ pub(crate) unsafe fn gemm_panel<const W: usize>(
         let mut r0 = 0;
         while r0 < m {
             let rows = MR.min(m - r0);
-            let mut tile = [0f32; MR * WIDE];
             micro::<W>(rows, kc, &a[r0 * lda + k0..], lda, &b[k0 * ldb..], ldb, &mut tile);
             if store == Store::Transposed {
                 for j in 0..cols {

@@ -8,11 +8,13 @@
 //!   [--precision f32|int8] [--checkpoint assets/SmolLM2-135M-Instruct.Q4_1.gguf --lengths 15,256,1024]
 //! ```
 //! With `--kernels`, it times the integer product through every integer
-//! kernel this CPU runs (AVX-VNNI, AVX2, …, the portable reference),
-//! repeats alternated, so their rates compare within one run.
+//! kernel this CPU runs (AVX-VNNI two panels a pass and one, AVX2, …, the
+//! portable reference), repeats alternated, so their rates compare within
+//! one run.
 //! With `--attention`, it times one layer's causal attention of `--m`
 //! tokens instead (`--heads 9 --kv-heads 3 --head-dim 64`, SmolLM2's), the
-//! prefill's other stage, at the same rate unit.
+//! prefill's other stage, at the same rate unit, once per query panel width
+//! this CPU runs (16 on AVX-512, and 8), repeats alternated.
 //! With `--checkpoint`, it also prints each length's prefill FLOPs for that
 //! backbone (`router::FlopModel`), so callers divide by the rate without
 //! restating the formula.
