@@ -706,10 +706,11 @@ mod simd128 {
 
     /// Whether `a` runs SmolLM2-wide strips more than `margin` times
     /// faster than `b`: the best of 7 alternated runs each, on one thread
-    /// (a run is 32 rows × 256 weight rows × 576, 9.4 MFLOP, about a
-    /// millisecond: at 1.2 MFLOP a run was tens of microseconds, near the
-    /// clock's grain, and the order came out either way from one page
-    /// load to the next on the same machine).
+    /// (a run is 32 rows × 256 weight rows × 576, 9.4 MFLOP; the probe's
+    /// 14 runs, 132 MFLOP, are paid once, at load, where the precision
+    /// line names the kernel: at 1.2 MFLOP a run was near the clock's
+    /// grain, and the order came out either way from one page load to the
+    /// next on the same machine).
     #[cfg(target_feature = "relaxed-simd")]
     fn faster(a: Kernel, b: Kernel, margin: f64) -> bool {
         const ROWS: usize = 8 * R;
