@@ -61,12 +61,11 @@ pub fn causal(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, scale: f32, out: &mut
 /// values on this CPU, the one it uses first: 16 queries a panel (one
 /// AVX-512 vector; the value rows, `head_dim` wide, must then hold whole
 /// panels of 16), and [`NR`] everywhere.
-pub fn panel_widths(head_dim: usize) -> Vec<usize> {
-    let wide = crate::kernels::wide_available() && head_dim.is_multiple_of(WIDE);
-    if wide {
-        vec![WIDE, NR]
+pub fn panel_widths(head_dim: usize) -> &'static [usize] {
+    if crate::kernels::wide_available() && head_dim.is_multiple_of(WIDE) {
+        &[WIDE, NR]
     } else {
-        vec![NR]
+        &[NR]
     }
 }
 
@@ -74,7 +73,8 @@ pub fn panel_widths(head_dim: usize) -> Vec<usize> {
 fn causal_at(width: usize, q: &[f32], pieces: &[KvPiece<'_>], s: Shape, scale: f32, out: &mut [f32]) {
     match width {
         WIDE => causal_panels::<WIDE>(q, pieces, s, scale, out),
-        _ => causal_panels::<NR>(q, pieces, s, scale, out),
+        NR => causal_panels::<NR>(q, pieces, s, scale, out),
+        other => unreachable!("attention's panels are {NR} or {WIDE} queries wide, not {other}"),
     }
 }
 
@@ -270,7 +270,7 @@ pub fn probe(s: Shape, repeats: usize) -> Vec<AttentionProbe> {
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0f32; s.tokens * s.heads * d];
     let widths = panel_widths(d);
-    for &w in &widths {
+    for &w in widths {
         // One untimed call each: the first allocates.
         causal_at(w, &q, &pieces, s, scale, &mut out);
     }
@@ -487,7 +487,7 @@ mod tests {
             let scale = 1.0 / (d as f32).sqrt();
             let want = reference(&q, &k, &v, s, scale);
             // Every panel width this CPU runs (16 on AVX-512 where d allows).
-            for width in panel_widths(d) {
+            for &width in panel_widths(d) {
                 let mut ours = vec![f32::NAN; tokens * heads * d];
                 causal_at(width, &q, &pieces, s, scale, &mut ours);
                 assert!(ours.iter().all(|x| x.is_finite()), "{s:?}, panels of {width}: every output written");
