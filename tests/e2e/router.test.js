@@ -10,7 +10,7 @@ import { readFile, mkdtemp, open, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, root, assertNoCspViolations, workerReady, loadBundled } from './harness.js';
+import { serve, launch, newPage, screenshot, root, assertNoCspViolations, workerReady, loadBundled, timedLoad } from './harness.js';
 
 const MANIFEST = JSON.parse(await readFile(join(root, 'www/models/manifest.json'), 'utf8'));
 const NATIVE = JSON.parse(await readFile(join(root, 'reports/router-latency.cpu.json'), 'utf8'));
@@ -248,9 +248,7 @@ test('offline second visit reads the checkpoint from the browser cache; clearing
   // (checkpoint, digest, weights, tokenizer, and the descriptor vectors the
   // first visit kept instead of encoding them again). Printed, not asserted:
   // timings belong to benchmarks.
-  const clicked = Date.now();
-  await loadBundled(again);
-  const startMs = Date.now() - clicked;
+  const startMs = await timedLoad(again);
   const facts = await again.getByTestId('model-facts').innerText();
   assert.match(facts, /read from this browser's cache/);
   assert.match(facts, /matches the manifest/);
@@ -259,21 +257,18 @@ test('offline second visit reads the checkpoint from the browser cache; clearing
   const stages = async () =>
     `read ${await field('read bytes')}, SHA-256 ${await field('verify (SHA-256)')}, weights ${await field('weight load')}, ` +
     `tokenizer ${await field('tokenizer init')}, descriptors ${await field('descriptors (once per pool load)')}`;
-  console.log(`cached start (default precision): ${startMs} ms from Load to ready (${await stages()})`);
+  console.log(`cached start (default precision): ${startMs} ms from Load to ready, timed in the page (${await stages()})`);
   // The integer kernels keep their own vectors (another precision, another
   // key): the first int8 load encodes and keeps them, the next reads them.
   // A new fragment alone does not reload the page; its form reads the link at start.
   await again.goto(`${server.url}router/#router&precision=int8`);
   await again.reload();
   for (const visit of ['first', 'second']) {
-    await workerReady(again);
-    const started = Date.now();
-    await loadBundled(again);
-    const ms = Date.now() - started;
+    const ms = await timedLoad(again);
     const int8Facts = await again.getByTestId('model-facts').innerText();
     assert.match(int8Facts, /integer dot/);
     assert.equal(/descriptors \(once per pool load\)\s+\S+ ms \(read from this browser's cache/.test(int8Facts), visit === 'second', int8Facts);
-    console.log(`cached start (int8, ${visit} load): ${ms} ms from Load to ready (${await stages()})`);
+    console.log(`cached start (int8, ${visit} load): ${ms} ms from Load to ready, timed in the page (${await stages()})`);
   }
   // A cached copy damaged in one byte (in the weights, so it still parses):
   // the router built beside the digest is discarded, never shown, and the

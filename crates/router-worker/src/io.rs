@@ -3,6 +3,7 @@
 //! failure becomes a sentence naming what failed.
 
 use js_sys::{Array, Reflect, Uint8Array};
+use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, ReadableStream, ReadableStreamDefaultReader, Response, WorkerGlobalScope};
@@ -49,7 +50,7 @@ pub async fn fetch_text(url: &str) -> Result<String, String> {
 }
 
 /// Reads a stream of `size` bytes (the manifest's or the file's) to the end
-/// into wasm memory, calling `progress(done)` per chunk; a stream that ends
+/// into wasm memory, calling `progress(done)` every 1 % of it; a stream that ends
 /// short of `size` or runs past it is an error. The chunks are also kept as JS arrays, so the caller can store
 /// them (as a Blob) without copying the bytes back out of wasm.
 pub async fn read_stream(stream: ReadableStream, what: &str, size: u64, progress: &mut dyn FnMut(u64)) -> Result<(Vec<u8>, Array), String> {
@@ -71,6 +72,7 @@ pub async fn read_stream(stream: ReadableStream, what: &str, size: u64, progress
     bytes.try_reserve_exact(size as usize).map_err(|_| format!("{what}: the browser refused {} of memory for it", binary(size)))?;
     let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
     let chunks = Array::new();
+    let mut reported = 0;
     loop {
         let result = JsFuture::from(reader.read()).await.map_err(|e| format!("{what}: reading stopped ({})", describe(&e)))?;
         let done = Reflect::get(&result, &"done".into()).map(|d| d.is_truthy()).unwrap_or(true);
@@ -86,7 +88,12 @@ pub async fn read_stream(stream: ReadableStream, what: &str, size: u64, progress
         bytes.resize(start + chunk.length() as usize, 0);
         chunk.copy_to(&mut bytes[start..]);
         chunks.push(&chunk);
-        progress(bytes.len() as u64);
+        // A message per chunk would be hundreds per second of reading; the
+        // page's bar moves in steps of 1 %.
+        if bytes.len() as u64 >= reported + size / 100 || bytes.len() as u64 == size {
+            reported = bytes.len() as u64;
+            progress(reported);
+        }
     }
     if (bytes.len() as u64) < size {
         return Err(format!(
@@ -156,32 +163,117 @@ pub async fn clear_cache() -> Result<bool, String> {
 /// Hex SHA-256 through SubtleCrypto (native speed; the wasm alternative
 /// takes several times longer on 98 MB).
 pub async fn sha256_hex(bytes: &[u8]) -> Result<String, String> {
-    sha256_finish(sha256_start(bytes)?).await
+    Sha256Job::start(bytes, None).finish().await
 }
 
-/// Starts a SHA-256 of `bytes` on WebCrypto, which works on its own copy
-/// off this thread: the caller may go on (load weights) and await
-/// [`sha256_finish`] later.
-pub fn sha256_start(bytes: &[u8]) -> Result<JsFuture, String> {
-    let subtle = scope().crypto().map_err(|e| format!("no WebCrypto ({})", describe(&e)))?.subtle();
-    // In the threads build the wasm memory is a SharedArrayBuffer, which
-    // WebCrypto refuses to read; there the bytes are copied to an unshared
-    // buffer first (tens of milliseconds for the bundled checkpoint).
-    let promise = if cfg!(target_feature = "atomics") {
-        let copy = Uint8Array::new_with_length(bytes.len() as u32);
-        copy.copy_from(bytes);
-        subtle.digest_with_str_and_buffer_source("SHA-256", &copy)
-    } else {
-        subtle.digest_with_str_and_u8_array("SHA-256", bytes)
+/// `digest_worker.js`, a worker that takes one SHA-256 off this thread.
+/// Chromium's WebCrypto hashes on the thread that calls it, so calling it
+/// here would put the whole digest (about 140 ms for the bundled checkpoint)
+/// before the weight build instead of beside it. Spawn it before the bytes
+/// are read: a nested worker starts only while this thread yields, and a
+/// weight build does not yield.
+pub struct DigestHelper {
+    worker: web_sys::Worker,
+}
+
+/// A SHA-256 of `bytes` under way on a [`DigestHelper`] while this thread
+/// goes on. The job borrows the bytes, so they cannot change or go before
+/// [`Sha256Job::finish`]; where the helper cannot run (no worker, its
+/// script missing), `finish` hashes them here.
+pub struct Sha256Job<'a> {
+    bytes: &'a [u8],
+    on_helper: Option<Answer>,
+}
+
+/// A helper's answer to come, and the handlers that settle it (kept alive
+/// until it does).
+struct Answer {
+    _helper: DigestHelper,
+    done: JsFuture,
+    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    _on_error: Closure<dyn FnMut(JsValue)>,
+}
+
+impl<'a> Sha256Job<'a> {
+    /// On `helper` if there is one, else on this thread at `finish`.
+    pub fn start(bytes: &'a [u8], helper: Option<DigestHelper>) -> Self {
+        Self { bytes, on_helper: helper.and_then(|helper| helper.digest(bytes).ok()) }
     }
-    .map_err(|e| format!("SHA-256: {}", describe(&e)))?;
-    Ok(JsFuture::from(promise))
+
+    /// The hex digest.
+    pub async fn finish(self) -> Result<String, String> {
+        if let Some(mut answer) = self.on_helper {
+            if let Ok(digest) = (&mut answer.done).await {
+                return Ok(hex(&Uint8Array::new(&digest).to_vec()));
+            }
+            // A helper that failed (its script, its memory) is not the
+            // file's fault: the digest is taken here instead.
+        }
+        let subtle = scope().crypto().map_err(|e| format!("no WebCrypto ({})", describe(&e)))?.subtle();
+        // In the threads build the wasm memory is a SharedArrayBuffer, which
+        // WebCrypto refuses to read; there the bytes are copied first.
+        let promise = if cfg!(target_feature = "atomics") {
+            subtle.digest_with_str_and_buffer_source("SHA-256", &Uint8Array::from(self.bytes))
+        } else {
+            subtle.digest_with_str_and_u8_array("SHA-256", self.bytes)
+        }
+        .map_err(|e| format!("SHA-256: {}", describe(&e)))?;
+        let digest = JsFuture::from(promise).await.map_err(|e| format!("SHA-256: {}", describe(&e)))?;
+        Ok(hex(&Uint8Array::new(&digest).to_vec()))
+    }
 }
 
-/// The hex digest a [`sha256_start`] computed.
-pub async fn sha256_finish(digest: JsFuture) -> Result<String, String> {
-    let digest = digest.await.map_err(|e| format!("SHA-256: {}", describe(&e)))?;
-    Ok(Uint8Array::new(&digest).to_vec().iter().map(|b| format!("{b:02x}")).collect())
+impl DigestHelper {
+    /// `None` where no worker can be made: the digest is then taken here.
+    pub fn spawn() -> Option<Self> {
+        web_sys::Worker::new(&site_url("digest_worker.js")).ok().map(|worker| Self { worker })
+    }
+
+    fn digest(self, bytes: &[u8]) -> Result<Answer, JsValue> {
+        let mut settle = None;
+        let done = js_sys::Promise::new(&mut |resolve, reject| settle = Some((resolve, reject)));
+        let (resolve, reject) = settle.ok_or("Promise::new did not run its executor")?;
+        let fail = reject.clone();
+        let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+            let data = event.data();
+            let _ = match Reflect::get(&data, &"digest".into()) {
+                Ok(digest) if digest.is_instance_of::<js_sys::ArrayBuffer>() => resolve.call1(&JsValue::NULL, &digest),
+                _ => reject.call1(&JsValue::NULL, &Reflect::get(&data, &"error".into()).unwrap_or_default()),
+            };
+        });
+        let on_error = Closure::<dyn FnMut(JsValue)>::new(move |event: JsValue| {
+            let _ = fail.call1(&JsValue::NULL, &event);
+        });
+        let worker = &self.worker;
+        worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+        if cfg!(target_feature = "atomics") {
+            // A view of the shared memory, made by JS's own constructor:
+            // `post_message` clones it as a view of the same
+            // SharedArrayBuffer (shared memory is never detached by
+            // growth), and `Sha256Job` borrows the bytes until the helper
+            // has answered, so they stay where the view points.
+            let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().unchecked_into();
+            let view = Uint8Array::new_with_byte_offset_and_length(&memory.buffer(), bytes.as_ptr() as u32, bytes.len() as u32);
+            worker.post_message(&view)?;
+        } else {
+            // Unshared memory cannot be lent: one copy, whose buffer moves.
+            let copy = Uint8Array::from(bytes);
+            worker.post_message_with_transfer(&copy, &Array::of1(&copy.buffer()))?;
+        }
+        Ok(Answer { _helper: self, done: JsFuture::from(done), _on_message: on_message, _on_error: on_error })
+    }
+}
+
+impl Drop for DigestHelper {
+    /// One digest a helper: it goes once answered, or unused.
+    fn drop(&mut self) {
+        self.worker.terminate();
+    }
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `navigator.storage.estimate()`: (usage, quota) in bytes.

@@ -201,6 +201,8 @@ impl RouterWorker {
 
     async fn load_bundled(&self, on_request: Option<&str>, precision: Option<Precision>) -> Result<(), String> {
         progress("reading the model manifest", 0, None);
+        // Started now, it is running by the time the bytes are in.
+        let digest_helper = io::DigestHelper::spawn();
         let manifest = manifest().await?;
         let model = match on_request {
             None => manifest.bundled().cloned().ok_or_else(|| format!("{MANIFEST_URL}: lists no bundled model"))?,
@@ -240,21 +242,21 @@ impl RouterWorker {
         // Only a download has anything to store: a cached read lets its
         // chunks go before the weights are built.
         let chunks = (source == Source::Downloaded).then_some(chunks);
-        // Verification overlaps the weight load: WebCrypto digests a copy of
-        // the bytes off this thread while the router is built under the
+        // Verification overlaps the weight load: a helper worker digests the
+        // bytes (`io::Sha256Job`) while the router is built under the
         // manifest's digest. The router is shown, and anything kept, only
         // once the bytes' own digest agrees; `verify_ms` is the wait left
         // after the build.
         progress("preparing the weights while SHA-256 is checked against the manifest", 0, None);
         self.loaded.borrow_mut().take();
-        let digest = io::sha256_start(&bytes)?;
+        let digest = io::Sha256Job::start(&bytes, digest_helper);
         let prepared = if bytes.len() as u64 == model.bytes {
             Some(self.prepare_router(&bytes, &model.file, &model.sha256, precision).await)
         } else {
             None
         };
         let started = now_ms();
-        let sha256 = io::sha256_finish(digest).await?;
+        let sha256 = digest.finish().await?;
         let verify_ms = now_ms() - started;
         let prepared = match prepared {
             Some(prepared) if sha256 == model.sha256 => prepared?,
