@@ -17,9 +17,20 @@
 // configuration's warm p50, then the targets' table with ratios against the
 // best peer per column, and writes reports/peers.json.
 //
+// The machine's speed drifts over minutes (on a shared 2-vCPU VM the same
+// peer ran 2.5x slower from one hour to the next), so measuring one engine
+// after another can turn a drift into a ratio. The run is therefore cut
+// into rounds (`--rounds`, 3 by default), and each figure is the median of
+// its rounds' figures (warm p50s, first calls):
+// - natively, every round runs ours and then llama.cpp, every configuration;
+// - in the browser, every round runs each of our configurations and then a
+//   share of wllama's (wllama is too slow to run every configuration in
+//   every round), so both are spread over the same stretch of time.
+// Every process or page starts fresh, so each round has a real first call.
+//
 //   scripts/bench-peers.sh [--lengths 15,256,1024] [--precisions f32,int8]
 //     [--iterations 3] [--warmup 1] [--peer-iterations 2] [--peer-warmup 0]
-//     [--peer-quants Q4_0,Q4_1,Q8_0] [--peer-flash on,off]
+//     [--peer-quants Q4_0,Q4_1,Q8_0] [--peer-flash on,off] [--rounds 3]
 //
 // Every peer is a dev-only npm package (tests/peers/package.json); nothing
 // here is part of the product.
@@ -43,6 +54,7 @@ const { values: args } = parseArgs({
     'peer-warmup': { type: 'string', default: '0' },
     'peer-quants': { type: 'string', default: 'Q4_0,Q4_1,Q8_0' },
     'peer-flash': { type: 'string', default: 'on,off' },
+    rounds: { type: 'string', default: '3' },
     out: { type: 'string', default: 'reports/peers.json' },
   },
 });
@@ -55,6 +67,9 @@ for (const q of quants) if (!['Q4_0', 'Q4_1', 'Q8_0'].includes(q)) throw new Err
 // decides which weights win at 1,024 tokens), so both peers run both.
 const flashModes = args['peer-flash'].split(',');
 for (const f of flashModes) if (!['on', 'off'].includes(f)) throw new Error(`bench-peers: --peer-flash takes on and/or off, got "${f}"`);
+const rounds = Number(args.rounds);
+if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`bench-peers: --rounds takes a whole number of at least 1, got "${args.rounds}"`);
+const roundNumbers = Array.from({ length: rounds }, (_, i) => i + 1);
 const work = join(root, 'test-output', 'peers');
 await mkdir(work, { recursive: true });
 const log = (m) => console.error(`bench-peers: ${m}`);
@@ -76,33 +91,36 @@ for (const q of quants) {
   }
 }
 
-// Native, ours: bench-decide per precision (the first also writes the exact
-// routing texts every engine here prefills) and the GEMM probe's FLOP counts.
+// Native, round by round: ours (bench-decide per precision; the first run
+// also writes the exact routing texts every engine here prefills), then
+// llama.cpp in its own process, every weights × threads × flash combination.
 const promptsFile = join(work, 'prompts.json');
-const oursNative = {};
-for (const precision of precisions) {
-  log(`native bench-decide, ${precision}`);
-  const file = join(work, `native.${precision}.json`);
-  cargo('bench-decide', ['--lengths', args.lengths, '--iterations', args.iterations, '--warmup', args.warmup, '--precision', precision, '--dump-prompts', promptsFile, '--out', file]);
-  oursNative[precision] = JSON.parse(await readFile(file, 'utf8'));
+const oursNative = Object.fromEntries(precisions.map((p) => [p, []]));
+const llamaNative = [];
+for (const round of roundNumbers) {
+  for (const precision of precisions) {
+    log(`round ${round}/${rounds}: native bench-decide, ${precision}`);
+    const file = join(work, `native.${precision}.round${round}.json`);
+    const dump = round === 1 ? ['--dump-prompts', promptsFile] : [];
+    cargo('bench-decide', ['--lengths', args.lengths, '--iterations', args.iterations, '--warmup', args.warmup, '--precision', precision, ...dump, '--out', file]);
+    oursNative[precision].push(JSON.parse(await readFile(file, 'utf8')));
+  }
+  log(`round ${round}/${rounds}: native llama.cpp (node-llama-cpp)`);
+  const llamaFile = join(work, `native-llama.round${round}.json`);
+  run('node', [
+    'tests/peers/native-llama.mjs',
+    '--prompts', promptsFile,
+    '--models', quants.map((q) => `${q}=${join(work, modelFile[q])}`).join(','),
+    '--threads', threadCounts.join(','),
+    '--flash', flashModes.join(','),
+    '--warmup', args['peer-warmup'],
+    '--iterations', args['peer-iterations'],
+    '--out', llamaFile,
+  ]);
+  llamaNative.push(JSON.parse(await readFile(llamaFile, 'utf8')));
 }
 const nativeGemm = JSON.parse(cargo('gemm-probe', ['--checkpoint', join('assets', bundled), '--lengths', args.lengths]));
 const prompts = JSON.parse(await readFile(promptsFile, 'utf8'));
-
-// Native, llama.cpp: its own process, every weights × threads × flash combination.
-log('native llama.cpp (node-llama-cpp)');
-const llamaFile = join(work, 'native-llama.json');
-run('node', [
-  'tests/peers/native-llama.mjs',
-  '--prompts', promptsFile,
-  '--models', quants.map((q) => `${q}=${join(work, modelFile[q])}`).join(','),
-  '--threads', threadCounts.join(','),
-  '--flash', flashModes.join(','),
-  '--warmup', args['peer-warmup'],
-  '--iterations', args['peer-iterations'],
-  '--out', llamaFile,
-]);
-const llamaNative = JSON.parse(await readFile(llamaFile, 'utf8'));
 
 // Browser: one Chromium; the site served cross-origin isolated (our threads
 // build, wllama's threads) and, on a second origin, not isolated (our
@@ -114,36 +132,38 @@ const browser = await launch();
 const oursBrowser = [];
 let oursGemm;
 const wllama = [];
+// wllama's configurations, dealt out over the rounds.
+const wllamaConfigurations = quants.flatMap((quant) => threadCounts.flatMap((threads) => flashModes.map((flash) => ({ quant, threads, flash }))));
 try {
-  for (const [server, build] of [[isolated, 'threads'], [plain, 'single-thread']]) {
-    for (const precision of precisions) {
-      log(`our router page, ${build} build, ${precision}`);
-      const page = await newPage(browser, { acceptDownloads: true });
-      const report = await runPageBench(page, server.url, { lengths: args.lengths, warmup: args.warmup, iterations: args.iterations, precision, out: join(work, `browser.${build}.${precision}.json`), log });
-      if ((build === 'threads') !== report.environment.cross_origin_isolated) throw new Error(`the ${build} run's page was ${report.environment.cross_origin_isolated ? '' : 'not '}cross-origin isolated`);
-      if (build === 'threads' && precision === precisions[0]) oursGemm = await pageGemmProbe(page);
-      oursBrowser.push({ build, precision, threads: report.environment.threads, report });
-      await page.context().close();
-    }
-  }
-  for (const quant of quants) {
-    for (const threads of threadCounts) {
-      for (const flash of flashModes) {
-        log(`wllama, ${quant}, ${threads} thread(s), flash attention ${flash}`);
-        const peer = await newPage(browser);
-        await peer.goto(`${isolated.url}peers/wllama.html`);
-        await peer.waitForFunction(() => window.peerReady === true);
-        const result = await peer.evaluate((o) => window.runWllama(o), {
-          modelUrl: `/peer-models/${modelFile[quant]}`,
-          threads,
-          flashAttention: flash === 'on',
-          prompts,
-          warmup: Number(args['peer-warmup']),
-          iterations: Number(args['peer-iterations']),
-        });
-        wllama.push({ quant, flash_attention: flash === 'on', ...result });
-        await peer.context().close();
+  for (const round of roundNumbers) {
+    for (const [server, build] of [[isolated, 'threads'], [plain, 'single-thread']]) {
+      for (const precision of precisions) {
+        log(`round ${round}/${rounds}: our router page, ${build} build, ${precision}`);
+        const page = await newPage(browser, { acceptDownloads: true });
+        const report = await runPageBench(page, server.url, { lengths: args.lengths, warmup: args.warmup, iterations: args.iterations, precision, out: join(work, `browser.${build}.${precision}.round${round}.json`), log });
+        if ((build === 'threads') !== report.environment.cross_origin_isolated) throw new Error(`the ${build} run's page was ${report.environment.cross_origin_isolated ? '' : 'not '}cross-origin isolated`);
+        if (build === 'threads' && precision === precisions[0] && round === 1) oursGemm = await pageGemmProbe(page);
+        let entry = oursBrowser.find((o) => o.build === build && o.precision === precision);
+        if (!entry) oursBrowser.push((entry = { build, precision, threads: report.environment.threads, reports: [] }));
+        entry.reports.push(report);
+        await page.context().close();
       }
+    }
+    for (const { quant, threads, flash } of wllamaConfigurations.filter((_, i) => i % rounds === round - 1)) {
+      log(`round ${round}/${rounds}: wllama, ${quant}, ${threads} thread(s), flash attention ${flash}`);
+      const peer = await newPage(browser);
+      await peer.goto(`${isolated.url}peers/wllama.html`);
+      await peer.waitForFunction(() => window.peerReady === true);
+      const result = await peer.evaluate((o) => window.runWllama(o), {
+        modelUrl: `/peer-models/${modelFile[quant]}`,
+        threads,
+        flashAttention: flash === 'on',
+        prompts,
+        warmup: Number(args['peer-warmup']),
+        iterations: Number(args['peer-iterations']),
+      });
+      wllama.push({ quant, flash_attention: flash === 'on', round, ...result });
+      await peer.context().close();
     }
   }
 } finally {
@@ -152,37 +172,50 @@ try {
   await plain.close();
 }
 
-// Every configuration as one row: its warm p50 and cold call per length.
+// Every configuration as one row: per length, the median over its rounds
+// of the warm p50 and of the first call, with each round's pair kept.
 const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   const m = (s.length - 1) / 2;
   return (s[Math.floor(m)] + s[Math.ceil(m)]) / 2;
 };
-const oursRow = (engine, build, precision, threads, results) => ({
+const overRounds = (perRound, extra = {}) => ({
+  cold_ms: median(perRound.map((r) => r.cold_ms)),
+  p50_ms: median(perRound.map((r) => r.p50_ms)),
+  ...extra,
+  rounds: perRound,
+});
+const oursRow = (engine, build, precision, threads, reports) => ({
   engine,
   label: `ours · ${build} · ${precision}`,
   build,
   precision,
   threads,
   lengths: Object.fromEntries(lengths.map((t) => {
-    const r = results.find((x) => x.prompt_tokens === t);
-    return [t, { cold_ms: r.cold_ms, p50_ms: r.warm.p50 }];
+    const perRound = reports.map((report) => report.results.find((x) => x.prompt_tokens === t)).map((r) => ({ cold_ms: r.cold_ms, p50_ms: r.warm.p50 }));
+    return [t, overRounds(perRound)];
   })),
 });
-const peerRow = (engine, label, extra, results) => ({
+const peerRow = (engine, label, extra, runs) => ({
   engine,
   label,
   ...extra,
   lengths: Object.fromEntries(lengths.map((t) => {
-    const r = results.find((x) => x.tokens === t);
-    return [t, { cold_ms: r.cold_ms, p50_ms: median(r.warm_ms), prompt_tokens_llamacpp: r.prompt_tokens_llamacpp }];
+    const results = runs.map((run) => run.results.find((x) => x.tokens === t));
+    const perRound = results.map((r) => ({ cold_ms: r.cold_ms, p50_ms: median(r.warm_ms) }));
+    return [t, overRounds(perRound, { prompt_tokens_llamacpp: results[0].prompt_tokens_llamacpp })];
   })),
 });
+// llama.cpp's runs, one per configuration and round, grouped by configuration.
+const llamaConfigurations = llamaNative[0].runs.map((r) => ({
+  ...r,
+  runs: llamaNative.map((round) => round.runs.find((x) => x.quant === r.quant && x.threads === r.threads && x.flash_attention === r.flash_attention)),
+}));
 const configurations = [
-  ...oursBrowser.map((o) => oursRow('ours-browser', o.build, o.precision, o.threads, o.report.results)),
-  ...precisions.map((p) => oursRow('ours-native', 'native bench-decide', p, oursNative[p].environment.threads, oursNative[p].results)),
-  ...wllama.map((w) => peerRow('wllama', `wllama · ${w.quant} · ${w.threads}T · FA ${w.flash_attention ? 'on' : 'off'}`, { quant: w.quant, threads: w.threads, flash_attention: w.flash_attention, load_ms: w.loadMs, cross_origin_isolated: w.crossOriginIsolated }, w.results)),
-  ...llamaNative.runs.map((r) => peerRow('llama.cpp', `llama.cpp native · ${r.quant} · ${r.threads}T · FA ${r.flash_attention ? 'on' : 'off'}`, { quant: r.quant, threads: r.threads, flash_attention: r.flash_attention }, r.results)),
+  ...oursBrowser.map((o) => oursRow('ours-browser', o.build, o.precision, o.threads, o.reports)),
+  ...precisions.map((p) => oursRow('ours-native', 'native bench-decide', p, oursNative[p][0].environment.threads, oursNative[p])),
+  ...wllama.map((w) => peerRow('wllama', `wllama · ${w.quant} · ${w.threads}T · FA ${w.flash_attention ? 'on' : 'off'}`, { quant: w.quant, threads: w.threads, flash_attention: w.flash_attention, round: w.round, load_ms: w.loadMs, cross_origin_isolated: w.crossOriginIsolated }, [w])),
+  ...llamaConfigurations.map((r) => peerRow('llama.cpp', `llama.cpp native · ${r.quant} · ${r.threads}T · FA ${r.flash_attention ? 'on' : 'off'}`, { quant: r.quant, threads: r.threads, flash_attention: r.flash_attention }, r.runs)),
 ];
 
 // The targets: ours (the product's default precision first) against the
@@ -213,23 +246,25 @@ const coldRatios = configurations.filter((c) => c.engine.startsWith('ours')).map
 }));
 
 const report = {
-  schema: 'workbench.peers/2',
+  schema: 'workbench.peers/3',
   started: new Date().toISOString(),
   protocol: {
     lengths,
+    rounds,
+    rounds_note: 'each figure is the median over rounds; natively every round runs ours then llama.cpp (every configuration); in the browser every round runs each of our configurations then a share of wllama\'s, each wllama configuration once',
     ours: { precisions, warmup: Number(args.warmup), iterations: Number(args.iterations) },
     peers: { quants, threads: threadCounts, flash_attention: flashModes, warmup: Number(args['peer-warmup']), iterations: Number(args['peer-iterations']), note: 'fewer iterations: the peers are slow; the Q4_0 and Q8_0 copies are made from the bundled Q4_1 file by llama.cpp\'s quantizer at bench time' },
   },
   environment: {
-    browser: oursBrowser[0].report.environment.user_agent,
+    browser: oursBrowser[0].reports[0].environment.user_agent,
     hardware_concurrency: hardwareThreads,
-    cpu: oursNative[precisions[0]].environment.cpu_model,
-    git_revision: oursNative[precisions[0]].environment.git_revision,
-    native_peer: llamaNative.binaries,
+    cpu: oursNative[precisions[0]][0].environment.cpu_model,
+    git_revision: oursNative[precisions[0]][0].environment.git_revision,
+    native_peer: llamaNative[0].binaries,
   },
   gemm: { wasm_gflops: oursGemm.gflops, wasm_line: oursGemm.line, native: nativeGemm.probe },
   prefill_gflop: Object.fromEntries(lengths.map((t) => [t, nativeGemm.prefill_flops[String(t)] / 1e9])),
-  ours_load: Object.fromEntries(oursBrowser.map((o) => [`${o.build}.${o.precision}`, o.report.load])),
+  ours_load: Object.fromEntries(oursBrowser.map((o) => [`${o.build}.${o.precision}`, o.reports.map((r) => r.load)])),
   configurations,
   targets: [
     ...ratios.map((r) => ({ ...r, verdict: verdict(r) })),
@@ -263,5 +298,5 @@ for (const c of configurations.filter((x) => x.engine.startsWith('ours'))) {
     c.engine === 'ours-native' && c.precision === 'f32' ? nativeGemm.probe.gflops : c.build === 'threads' && c.precision === precisions[0] ? oursGemm.gflops : null;
   console.log(`${c.label}: ${rate.toFixed(1)} GFLOP/s at ${longest} tokens${probe ? ` (${(100 * rate / probe).toFixed(0)} % of the GEMM probe of that build and precision)` : ''}`);
 }
-console.log(`ours: ${args.warmup} warm-up(s), ${args.iterations} iterations; peers: ${args['peer-warmup']} warm-up(s), ${args['peer-iterations']} iterations.`);
+console.log(`ours: ${args.warmup} warm-up(s), ${args.iterations} iterations; peers: ${args['peer-warmup']} warm-up(s), ${args['peer-iterations']} iterations; ${rounds} round(s), figures are medians over them (wllama: each configuration in one round).`);
 console.log(`wrote ${args.out}`);
