@@ -695,7 +695,16 @@ test('Gemma 3 on request: never fetched unasked, then loaded and ranked like the
   await loadBundled(page);
   assert.ok(!server.served.slice(from).some((p) => p.endsWith(gemma.file)), 'Gemma was fetched without being asked for');
   await button.click();
-  await page.waitForFunction((sha) => document.querySelector('[data-testid=model-facts]')?.innerText.includes(sha) && document.querySelector('[data-testid=model-status]')?.textContent === 'ready', gemma.sha256, { timeout: LOAD_TIMEOUT });
+  // A failed load ends the wait at once and is named (a site built without
+  // --with-gemma answers 404), instead of timing out five minutes later.
+  await page.waitForFunction(
+    (sha) =>
+      document.querySelector('[data-testid=model-status]')?.textContent === 'failed' ||
+      (document.querySelector('[data-testid=model-facts]')?.innerText.includes(sha) && document.querySelector('[data-testid=model-status]')?.textContent === 'ready'),
+    gemma.sha256,
+    { timeout: LOAD_TIMEOUT },
+  );
+  assert.equal(await page.getByTestId('model-status').textContent(), 'ready', await page.getByTestId('router-alert').innerText().catch(() => 'no alert'));
   const facts = await page.getByTestId('model-facts').innerText();
   assert.match(facts, new RegExp(`${gemma.sha256} — matches the manifest`));
   assert.match(facts, /gguf-a5fd3b62/);
