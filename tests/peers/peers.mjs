@@ -25,12 +25,14 @@
 // - natively, every round runs ours and then llama.cpp, every configuration;
 // - in the browser, every round runs each of our configurations and then a
 //   share of wllama's (wllama is too slow to run every configuration in
-//   every round), so both are spread over the same stretch of time.
+//   every round), so both are spread over the same stretch of time;
+//   `--peer-every-round` runs every wllama configuration in every round
+//   instead (for a verdict at the limit, with fewer lengths or quants).
 // Every process or page starts fresh, so each round has a real first call.
 //
 //   scripts/bench-peers.sh [--lengths 15,256,1024] [--precisions f32,int8]
 //     [--iterations 3] [--warmup 1] [--peer-iterations 2] [--peer-warmup 0]
-//     [--peer-quants Q4_0,Q4_1,Q8_0] [--peer-flash on,off] [--rounds 3]
+//     [--peer-quants Q4_0,Q4_1,Q8_0] [--peer-flash on,off] [--rounds 3] [--peer-every-round]
 //
 // Every peer is a dev-only npm package (tests/peers/package.json); nothing
 // here is part of the product.
@@ -55,6 +57,7 @@ const { values: args } = parseArgs({
     'peer-quants': { type: 'string', default: 'Q4_0,Q4_1,Q8_0' },
     'peer-flash': { type: 'string', default: 'on,off' },
     rounds: { type: 'string', default: '3' },
+    'peer-every-round': { type: 'boolean', default: false },
     out: { type: 'string', default: 'reports/peers.json' },
   },
 });
@@ -132,7 +135,7 @@ const browser = await launch();
 const oursBrowser = [];
 let oursGemm;
 const wllama = [];
-// wllama's configurations, dealt out over the rounds.
+// wllama's configurations, dealt out over the rounds (or all in each).
 const wllamaConfigurations = quants.flatMap((quant) => threadCounts.flatMap((threads) => flashModes.map((flash) => ({ quant, threads, flash }))));
 try {
   for (const round of roundNumbers) {
@@ -149,7 +152,7 @@ try {
         await page.context().close();
       }
     }
-    for (const { quant, threads, flash } of wllamaConfigurations.filter((_, i) => i % rounds === round - 1)) {
+    for (const { quant, threads, flash } of wllamaConfigurations.filter((_, i) => args['peer-every-round'] || i % rounds === round - 1)) {
       log(`round ${round}/${rounds}: wllama, ${quant}, ${threads} thread(s), flash attention ${flash}`);
       const peer = await newPage(browser);
       await peer.goto(`${isolated.url}peers/wllama.html`);
@@ -214,7 +217,10 @@ const llamaConfigurations = llamaNative[0].runs.map((r) => ({
 const configurations = [
   ...oursBrowser.map((o) => oursRow('ours-browser', o.build, o.precision, o.threads, o.reports)),
   ...precisions.map((p) => oursRow('ours-native', 'native bench-decide', p, oursNative[p][0].environment.threads, oursNative[p])),
-  ...wllama.map((w) => peerRow('wllama', `wllama · ${w.quant} · ${w.threads}T · FA ${w.flash_attention ? 'on' : 'off'}`, { quant: w.quant, threads: w.threads, flash_attention: w.flash_attention, round: w.round, load_ms: w.loadMs, cross_origin_isolated: w.crossOriginIsolated }, [w])),
+  ...wllamaConfigurations.map(({ quant, threads, flash }) => wllama.filter((w) => w.quant === quant && w.threads === threads && w.flash_attention === (flash === 'on'))).filter((runs) => runs.length > 0).map((runs) => {
+    const w = runs[0];
+    return peerRow('wllama', `wllama · ${w.quant} · ${w.threads}T · FA ${w.flash_attention ? 'on' : 'off'}`, { quant: w.quant, threads: w.threads, flash_attention: w.flash_attention, rounds_run: runs.map((r) => r.round), load_ms: runs.map((r) => r.loadMs), cross_origin_isolated: w.crossOriginIsolated }, runs);
+  }),
   ...llamaConfigurations.map((r) => peerRow('llama.cpp', `llama.cpp native · ${r.quant} · ${r.threads}T · FA ${r.flash_attention ? 'on' : 'off'}`, { quant: r.quant, threads: r.threads, flash_attention: r.flash_attention }, r.runs)),
 ];
 
@@ -255,7 +261,9 @@ const report = {
   protocol: {
     lengths,
     rounds,
-    rounds_note: 'each figure is the median over rounds; natively every round runs ours then llama.cpp (every configuration); in the browser every round runs each of our configurations then a share of wllama\'s, each wllama configuration once',
+    rounds_note: args['peer-every-round']
+      ? 'each figure is the median over rounds; natively every round runs ours then llama.cpp, in the browser ours then wllama, every configuration in every round'
+      : 'each figure is the median over rounds; natively every round runs ours then llama.cpp (every configuration); in the browser every round runs each of our configurations then a share of wllama\'s, each wllama configuration once',
     ours: { precisions, warmup: Number(args.warmup), iterations: Number(args.iterations) },
     peers: { quants, threads: threadCounts, flash_attention: flashModes, warmup: Number(args['peer-warmup']), iterations: Number(args['peer-iterations']), note: 'fewer iterations: the peers are slow; the Q4_0 and Q8_0 copies are made from the bundled Q4_1 file by llama.cpp\'s quantizer at bench time' },
   },
@@ -302,5 +310,5 @@ for (const c of configurations.filter((x) => x.engine.startsWith('ours'))) {
     c.engine === 'ours-native' && c.precision === 'f32' ? nativeGemm.probe.gflops : c.build === 'threads' && c.precision === precisions[0] ? oursGemm.gflops : null;
   console.log(`${c.label}: ${rate.toFixed(1)} GFLOP/s at ${longest} tokens${probe ? ` (${(100 * rate / probe).toFixed(0)} % of the GEMM probe of that build and precision)` : ''}`);
 }
-console.log(`ours: ${args.warmup} warm-up(s), ${args.iterations} iterations; peers: ${args['peer-warmup']} warm-up(s), ${args['peer-iterations']} iterations; ${rounds} round(s), figures are medians over them (wllama: each configuration in one round).`);
+console.log(`ours: ${args.warmup} warm-up(s), ${args.iterations} iterations; peers: ${args['peer-warmup']} warm-up(s), ${args['peer-iterations']} iterations; ${rounds} round(s), figures are medians over them${args['peer-every-round'] ? '' : ' (wllama: each configuration in one round)'}.`);
 console.log(`wrote ${args.out}`);
