@@ -109,8 +109,13 @@ export async function timedLoad(page) {
     const button = document.querySelector('[data-testid=model-load]');
     window.__timedLoad = {};
     button.addEventListener('click', () => (window.__timedLoad.clicked = performance.now()), { capture: true, once: true });
+    // A page that has loaded before still says `ready` when the click
+    // comes: only a `ready` after the status has left it counts.
     const seen = new MutationObserver(() => {
-      if (document.querySelector('[data-testid=model-status]')?.textContent === 'ready' && window.__timedLoad.clicked !== undefined) {
+      if (window.__timedLoad.clicked === undefined) return;
+      const ready = document.querySelector('[data-testid=model-status]')?.textContent === 'ready';
+      if (!ready) window.__timedLoad.left = true;
+      else if (window.__timedLoad.left) {
         window.__timedLoad.ready = performance.now();
         seen.disconnect();
       }
