@@ -204,7 +204,7 @@ impl<'a> Sha256Job<'a> {
     pub async fn finish(self) -> Result<String, String> {
         if let Some(mut answer) = self.on_helper {
             if let Ok(digest) = (&mut answer.done).await {
-                return Ok(hex(&Uint8Array::new(&digest).to_vec()));
+                return Ok(router::gguf::hex(&Uint8Array::new(&digest).to_vec()));
             }
             // A helper that failed (its script, its memory) is not the
             // file's fault: the digest is taken here instead.
@@ -219,7 +219,7 @@ impl<'a> Sha256Job<'a> {
         }
         .map_err(|e| format!("SHA-256: {}", describe(&e)))?;
         let digest = JsFuture::from(promise).await.map_err(|e| format!("SHA-256: {}", describe(&e)))?;
-        Ok(hex(&Uint8Array::new(&digest).to_vec()))
+        Ok(router::gguf::hex(&Uint8Array::new(&digest).to_vec()))
     }
 }
 
@@ -270,10 +270,6 @@ impl Drop for DigestHelper {
     fn drop(&mut self) {
         self.worker.terminate();
     }
-}
-
-fn hex(digest: &[u8]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `navigator.storage.estimate()`: (usage, quota) in bytes.

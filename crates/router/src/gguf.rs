@@ -306,7 +306,8 @@ fn checkpoint_id_from_sha256(hex: &str) -> String {
     format!("gguf-{}", hex[..8].to_ascii_lowercase())
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
+/// Bytes as lowercase hex (digests in ids and messages).
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
