@@ -81,11 +81,18 @@ struct Widget {
 }
 
 impl Widget {
-    fn protocol(self) -> Result<Protocol, String> {
-        self.form.with_value(RouterForm::protocol).map_err(|problems| {
-            let named: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.field, p.message)).collect();
-            format!("The link asks for a protocol this widget cannot run ({}).", named.join("; "))
-        })
+    /// The protocol and precision the link asks for, or every bad field
+    /// named in one sentence.
+    fn protocol(self) -> Result<(Protocol, Option<router::Precision>), String> {
+        let (protocol, precision) = self.form.with_value(|f| (f.protocol(), f.precision()));
+        match (protocol, precision) {
+            (Ok(protocol), Ok(precision)) => Ok((protocol, precision)),
+            (protocol, precision) => {
+                let problems = protocol.err().into_iter().flatten().chain(precision.err());
+                let named: Vec<String> = problems.map(|p| format!("{}: {}", p.field, p.message)).collect();
+                Err(format!("The link asks for a protocol this widget cannot run ({}).", named.join("; ")))
+            }
+        }
     }
 
     fn run(self) {
@@ -135,7 +142,11 @@ impl Widget {
     }
 
     fn load(self) {
-        if self.send(&ToWorker::LoadBundled { on_request: None, precision: None }) {
+        let precision = match self.protocol() {
+            Ok((_, precision)) => precision,
+            Err(e) => return self.fail(e),
+        };
+        if self.send(&ToWorker::LoadBundled { on_request: None, precision }) {
             self.phase.set(Phase::Loading { stage: "starting".into(), done: 0, total: None });
         }
     }
@@ -144,7 +155,7 @@ impl Widget {
     /// so it asks for none of those calls.
     fn bench(self) {
         let protocol = match self.protocol() {
-            Ok(p) => p,
+            Ok((protocol, _)) => protocol,
             Err(e) => return self.fail(e),
         };
         let message = ToWorker::Bench {
@@ -253,7 +264,7 @@ pub fn LatencyWidget() -> impl IntoView {
         None => None,
     };
     let protocol_problem = widget.protocol().err();
-    let lengths = widget.protocol().map(|p| p.lengths).unwrap_or_default();
+    let lengths = widget.protocol().map(|(p, _)| p.lengths).unwrap_or_default();
     let build = WorkerBuild::detect();
     let warnings = (!warnings.is_empty()).then(|| view! { <p class="warning" data-testid="widget-warnings">{warnings.join(" · ")}</p> });
 
@@ -348,13 +359,21 @@ pub fn LatencyWidget() -> impl IntoView {
                     None => {
                         let f = widget.form.get_value();
                         format!(
-                            "Run: downloads the bundled checkpoint ({}) once, then your browser's cache keeps it, and times decide at {} tokens: the first call (cold), {} warm-ups, then {} timed calls each. {}",
-                            bundled_checkpoint(), f.lengths, f.warmup, f.iterations, build.sentence()
+                            "Run: downloads the bundled checkpoint ({}) once, then your browser's cache keeps it, and times decide at {} tokens: the first call (cold), {} warm-ups, then {} timed calls each, {}. {}",
+                            bundled_checkpoint(), f.lengths, f.warmup, f.iterations, precision_phrase(f.precision().ok().flatten()), build.sentence()
                         )
                     }
                 }}
             </p>
         </main>
+    }
+}
+
+/// How the run's weights compute, in the protocol sentence.
+fn precision_phrase(precision: Option<router::Precision>) -> &'static str {
+    match precision {
+        Some(router::Precision::IntegerQ8) => "with 8-bit activations and integer dot products (int8; precision=f32 in the link for f32)",
+        _ => "with the weights dequantized to f32",
     }
 }
 

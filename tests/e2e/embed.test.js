@@ -73,15 +73,15 @@ test('latency widget: the published table and an empty column, first load within
   assert.deepEqual(Object.values(await measuredCells(page)).flatMap(Object.values), Array(9).fill(''));
   assert.match(await page.getByTestId('published-conditions').textContent(), /Qwen\/Qwen3-0\.6B.*not a model or a machine/);
   assert.equal(await page.getByTestId('measured-line').textContent(), 'This browser: not measured yet.');
-  assert.match(await page.getByTestId('widget-protocol').textContent(), /\(SmolLM2-135M-Instruct Q4_1, \d+\.\d\d MiB\).*15,256,1024 tokens.*2 warm-ups, then 5 timed calls/);
+  assert.match(await page.getByTestId('widget-protocol').textContent(), /\(SmolLM2-135M-Instruct Q4_1, \d+\.\d\d MiB\).*15,256,1024 tokens.*2 warm-ups, then 5 timed calls each, with 8-bit activations and integer dot products/);
   assert.deepEqual(page.blocked, []);
   assert.deepEqual(page.problems, []);
   await screenshot(page, 'latency-widget-first-load');
 
   // A link asking for a protocol the widget cannot run: named, the button off, the table still there.
   const bad = await newPage(browser);
-  await bad.goto(`${server.url}router/?embed=latency#router&iters=many&lengths=15,0&colour=red`);
-  assert.match(await bad.getByTestId('widget-protocol').textContent(), /iters: `many` is not a whole number; lengths: 0 tokens is outside 1–8192/);
+  await bad.goto(`${server.url}router/?embed=latency#router&iters=many&lengths=15,0&precision=int4&colour=red`);
+  assert.match(await bad.getByTestId('widget-protocol').textContent(), /iters: `many` is not a whole number; lengths: 0 tokens is outside 1–8192; precision: `int4` is not a precision: use int8 or f32/);
   assert.match(await bad.getByTestId('widget-warnings').textContent(), /unknown parameter `colour`/);
   assert.equal(await bad.getByTestId('widget-run').isDisabled(), true);
   assert.equal(await bad.locator('[data-testid=latency-row]').count(), 3);
@@ -101,13 +101,15 @@ test('latency widget: Run fills the column with cold and warm figures, then link
   }
   const line = await page.getByTestId('measured-line').textContent();
   assert.match(line, /^This browser: Measured browser \(wasm32-unknown-unknown.*2 warm-ups, 5 timed calls per length\. Model: llama/);
+  // The widget's default precision is int8, and the line names its kernel.
+  assert.match(line, /integer dot.*relaxed-SIMD/, line);
   assert.match(line, /downloaded now and cached|from this browser's cache/);
   // The threads build really ran with helper threads (their script is a site file, allowed by the CSP).
   const [, cpus] = line.match(/(\d+) logical CPUs reported/);
   const [, threads] = line.match(/(\d+) thread\(s\), cross-origin isolated yes/);
   if (Number(cpus) > 1) assert.ok(Number(threads) > 1, line);
   // The full bench with the same protocol, as the page's own fragment.
-  assert.equal(await page.getByTestId('widget-full').getAttribute('href'), './#router&iters=5&warmup=2');
+  assert.equal(await page.getByTestId('widget-full').getAttribute('href'), './#router&iters=5&warmup=2&precision=int8');
   await page.getByTestId('widget-share').click();
   const link = await page.getByTestId('widget-share-link').inputValue();
   assert.match(link, /\/router\/\?embed=latency#router&result=r1\./);

@@ -230,7 +230,7 @@ const fastest = (rows, tokens) => rows.reduce((best, r) => (!best || r.lengths[t
 const of = (engine, filter = () => true) => configurations.filter((c) => c.engine === engine && filter(c));
 const comparisons = [
   { name: 'browser threads build ÷ wllama best', limit: 0.1, ours: of('ours-browser', (c) => c.build === 'threads'), peers: of('wllama') },
-  { name: 'browser single-thread build (not isolated) ÷ wllama best single-thread', limit: 0.2, ours: of('ours-browser', (c) => c.build === 'single-thread'), peers: of('wllama', (c) => c.threads === 1) },
+  { name: 'browser single-thread build (not isolated; the widget runs int8) ÷ wllama best single-thread', limit: 0.2, ours: of('ours-browser', (c) => c.build === 'single-thread'), peers: of('wllama', (c) => c.threads === 1) },
   { name: `native bench-decide ÷ llama.cpp native best at ${hardwareThreads} threads`, limit: 1.0, ours: of('ours-native'), peers: of('llama.cpp', (c) => c.threads === hardwareThreads) },
   { name: 'browser threads build ÷ llama.cpp native best', limit: 3.0, ours: of('ours-browser', (c) => c.build === 'threads'), peers: of('llama.cpp') },
 ];

@@ -68,9 +68,22 @@ pub fn is_router_fragment(fragment: &str) -> bool {
 impl RouterForm {
     /// The latency widget's protocol (`router/?embed=latency`): the page's
     /// three lengths with 2 warm-ups and 5 timed calls each, so a reader who
-    /// presses *Run* waits seconds, not minutes.
+    /// presses *Run* waits seconds, not minutes, and the integer kernels.
+    ///
+    /// The widget runs int8 where the full page keeps f32 as its default
+    /// (the reference the integer path is checked against): a reader of the
+    /// guide wants what this browser can do, and a foreign site's page is
+    /// not cross-origin isolated, so the widget runs the single-thread
+    /// build, where int8 took 0.80× f32's time at 256 tokens (SIMD128 i16
+    /// dots; in the threads build 0.57×). Its rankings equal f32's on the
+    /// end-to-end conversations; `precision=f32` in the link asks for f32.
     pub fn widget_default() -> RouterForm {
-        RouterForm { iterations: "5".into(), warmup: "2".into(), ..RouterForm::default() }
+        RouterForm {
+            iterations: "5".into(),
+            warmup: "2".into(),
+            precision: router::Precision::IntegerQ8.flag().into(),
+            ..RouterForm::default()
+        }
     }
 
     /// Reads a fragment (with or without `#`). Unknown keys are reported, and
@@ -265,7 +278,11 @@ mod tests {
             assert_eq!(RouterForm::from_fragment_over(widget.clone(), &fragment).0, form, "{fragment}");
         }
         assert_eq!(widget.to_fragment_against(&widget), "router");
-        assert_eq!(widget.to_fragment(), "router&iters=5&warmup=2", "the full page's link states the widget's protocol");
+        assert_eq!(widget.to_fragment(), "router&iters=5&warmup=2&precision=int8", "the full page's link states the widget's protocol");
+        assert_eq!(widget.precision(), Ok(Some(router::Precision::IntegerQ8)));
+        // A widget link asking for the router's default keeps asking for it.
+        let f32_default = RouterForm { precision: String::new(), ..widget.clone() };
+        assert_eq!(RouterForm::from_fragment_over(widget.clone(), &f32_default.to_fragment_against(&widget)).0, f32_default);
         // Found by the `router_fragment` fuzz target: a link with a result
         // and other fields lost the other fields when written back.
         let (mixed, _) =

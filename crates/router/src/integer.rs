@@ -35,8 +35,8 @@
 //! AVX-512 VNNI (`vpdpbusd`: a weight row's 4 products summed into its i32
 //! lane in one instruction), else AVX2 (`vpmaddubsw` + `vpmaddwd`: three
 //! instructions for two steps' worth, plus the adds); in the threads build
-//! relaxed SIMD's dots, in the single-thread build plain SIMD128 i16
-//! products, and plain Rust elsewhere (also the reference the others are
+//! relaxed SIMD's dots, in the single-thread build plain SIMD128's i16 dot
+//! (`pmaddwd`) on the bytes widened as they load, and plain Rust elsewhere (also the reference the others are
 //! tested against).
 
 #![allow(unsafe_code)]
@@ -703,7 +703,7 @@ mod simd128 {
             order.to_vec()
         }
         #[cfg(not(target_feature = "relaxed-simd"))]
-        vec![Kernel { name: "SIMD128 i16 dot", strip: strip::<ExtMul> }]
+        vec![Kernel { name: "SIMD128 i16 dot of widened bytes", strip: strip::<WidenedI16> }]
     }
 
     /// Whether `a` runs SmolLM2-wide strips more than `margin` times
@@ -746,13 +746,26 @@ mod simd128 {
         /// inner loop 8 accumulators, 4 weight vectors and 2 broadcasts
         /// fit the 16 vector registers V8 has on x86_64; the f32 sums,
         /// touched once a block, may wait in memory), 1 where they are
-        /// two (`ExtMul`: 16 accumulators alone would spill).
+        /// two (`WidenedI16`: 16 accumulators alone would spill).
         const HALVES_AT_ONCE: usize;
+        /// One step's 4 values of the half's 4 weight rows, as the dots
+        /// take them.
+        type Weights: Copy;
         fn new() -> Self;
+        /// Loads one step of a half panel: 16 bytes, 4 rows' 4 values.
+        ///
+        /// # Safety
+        /// 16 bytes from `w` are readable.
+        unsafe fn load_weights(w: *const u8) -> Self::Weights;
+        /// Loads an activation row's two steps, 8 values, as the dots take
+        /// each step's 4 (repeated across the vector).
+        ///
+        /// # Safety
+        /// 8 bytes from `x` are readable.
+        unsafe fn load_activations(x: *const i8) -> (v128, v128);
         /// Adds steps `s`, `s + 1`: `x0`, `x1` the activation row's 4
-        /// values of each (broadcast), `w0`, `w1` the 4 weight rows' 4
-        /// values of each.
-        fn add_two_steps(&mut self, x0: v128, w0: v128, x1: v128, w1: v128);
+        /// values of each, `w0`, `w1` the 4 weight rows' 4 values of each.
+        fn add_two_steps(&mut self, x0: v128, w0: Self::Weights, x1: v128, w1: Self::Weights);
         /// The 4 weight rows' i32 sums.
         fn rows(self) -> v128;
     }
@@ -767,6 +780,18 @@ mod simd128 {
     #[cfg(target_feature = "relaxed-simd")]
     impl Dots for PairsI16 {
         const HALVES_AT_ONCE: usize = 2;
+        type Weights = v128;
+        #[inline(always)]
+        unsafe fn load_weights(w: *const u8) -> v128 {
+            // SAFETY: the caller's 16 bytes.
+            unsafe { v128_load(w as *const v128) }
+        }
+
+        #[inline(always)]
+        unsafe fn load_activations(x: *const i8) -> (v128, v128) {
+            // SAFETY: the caller's 8 bytes, as two 4-byte broadcasts.
+            unsafe { (v128_load32_splat(x as *const u32), v128_load32_splat(x.add(4) as *const u32)) }
+        }
         #[inline(always)]
         fn new() -> Self {
             PairsI16(i32x4_splat(0))
@@ -793,6 +818,18 @@ mod simd128 {
     #[cfg(target_feature = "relaxed-simd")]
     impl Dots for DotI32 {
         const HALVES_AT_ONCE: usize = 2;
+        type Weights = v128;
+        #[inline(always)]
+        unsafe fn load_weights(w: *const u8) -> v128 {
+            // SAFETY: the caller's 16 bytes.
+            unsafe { v128_load(w as *const v128) }
+        }
+
+        #[inline(always)]
+        unsafe fn load_activations(x: *const i8) -> (v128, v128) {
+            // SAFETY: the caller's 8 bytes, as two 4-byte broadcasts.
+            unsafe { (v128_load32_splat(x as *const u32), v128_load32_splat(x.add(4) as *const u32)) }
+        }
         #[inline(always)]
         fn new() -> Self {
             DotI32(i32x4_splat(0))
@@ -809,28 +846,61 @@ mod simd128 {
         }
     }
 
-    /// Plain SIMD128: products in i16 (each ≤ 8,001, two steps' low or
-    /// high halves summed), pairs widened into `[row 0, row 0, row 1, row
-    /// 1]` and `[row 2, row 2, row 3, row 3]`, the two folded once per
-    /// group.
+    /// Plain SIMD128: the weights' bytes widened to i16 (4 rows' 4 values
+    /// as two vectors, rows 0–1 and rows 2–3) and multiplied by the
+    /// activation's 4 values, widened and repeated, with `i32x4.dot_i16x8_s`
+    /// (one `pmaddwd`: 8 products summed in pairs into 4 i32 lanes), so
+    /// each vector holds `[row 0, row 0, row 1, row 1]` (or rows 2, 3),
+    /// folded once per group. Per two steps that is 4 dots and 4 adds
+    /// beside the loads; the weights widen as they load, once a pass for
+    /// all the strip's activation rows. The i16 products it replaced
+    /// (`i16x8.extmul_*_i8x16`, each several x86 instructions under V8,
+    /// then pairwise widening adds) left the single-thread build's int8
+    /// slower than its f32: on a 64 × 576 × 1,536 product (best of 15
+    /// alternated runs in one headless Chromium) they ran at 22.9 GFLOP/s
+    /// on one thread, these dots at 37.7.
     #[cfg(not(target_feature = "relaxed-simd"))]
     #[derive(Clone, Copy)]
-    struct ExtMul([v128; 2]);
+    struct WidenedI16([v128; 2]);
 
     #[cfg(not(target_feature = "relaxed-simd"))]
-    impl Dots for ExtMul {
+    impl Dots for WidenedI16 {
         const HALVES_AT_ONCE: usize = 1;
+        /// Rows 0–1 and rows 2–3, widened to i16.
+        type Weights = [v128; 2];
         #[inline(always)]
         fn new() -> Self {
-            ExtMul([i32x4_splat(0); 2])
+            WidenedI16([i32x4_splat(0); 2])
         }
 
         #[inline(always)]
-        fn add_two_steps(&mut self, x0: v128, w0: v128, x1: v128, w1: v128) {
-            let low = i16x8_add(i16x8_extmul_low_i8x16(x0, w0), i16x8_extmul_low_i8x16(x1, w1));
-            let high = i16x8_add(i16x8_extmul_high_i8x16(x0, w0), i16x8_extmul_high_i8x16(x1, w1));
-            self.0[0] = i32x4_add(self.0[0], i32x4_extadd_pairwise_i16x8(low));
-            self.0[1] = i32x4_add(self.0[1], i32x4_extadd_pairwise_i16x8(high));
+        unsafe fn load_weights(w: *const u8) -> [v128; 2] {
+            // Widened as they load (one `pmovzxbw` from memory each): the
+            // weights are unsigned (≤ 63). SAFETY: the caller's 16 bytes.
+            unsafe { [u16x8_load_extend_u8x8(w), u16x8_load_extend_u8x8(w.add(8))] }
+        }
+
+        #[inline(always)]
+        unsafe fn load_activations(x: *const i8) -> (v128, v128) {
+            // Each step's 4 values broadcast, then widened. Loading all 8
+            // widened and repeating each half with a shuffle was 8 % slower
+            // (35.4 against 38.0 GFLOP/s on a 64 × 576 × 1,536 product,
+            // best of 15 alternated runs in headless Chromium).
+            // SAFETY: the caller's 8 bytes.
+            unsafe {
+                (
+                    i16x8_extend_low_i8x16(v128_load32_splat(x as *const u32)),
+                    i16x8_extend_low_i8x16(v128_load32_splat(x.add(4) as *const u32)),
+                )
+            }
+        }
+
+        #[inline(always)]
+        fn add_two_steps(&mut self, x0: v128, [w0_low, w0_high]: [v128; 2], x1: v128, [w1_low, w1_high]: [v128; 2]) {
+            // Every product and pair sum fits an i32 (|x| ≤ 127, w ≤ 63).
+            let [low, high] = &mut self.0;
+            *low = i32x4_add(*low, i32x4_add(i32x4_dot_i16x8(w0_low, x0), i32x4_dot_i16x8(w1_low, x1)));
+            *high = i32x4_add(*high, i32x4_add(i32x4_dot_i16x8(w0_high, x0), i32x4_dot_i16x8(w1_high, x1)));
         }
 
         #[inline(always)]
@@ -887,19 +957,16 @@ mod simd128 {
                         let step = g * STEPS + 2 * pair;
                         // SAFETY: panel p lies inside the weight (asserted by
                         // `strip`); these are H × 16 of each step's 32 bytes.
-                        let (w0, w1): ([v128; H], [v128; H]) = unsafe {
+                        let (w0, w1): ([D::Weights; H], [D::Weights; H]) = unsafe {
                             let w = wq.add(step * PANEL * STEP + pass * H * HALF * STEP);
                             (
-                                std::array::from_fn(|h| v128_load(w.add(h * HALF * STEP) as *const v128)),
-                                std::array::from_fn(|h| v128_load(w.add(PANEL * STEP + h * HALF * STEP) as *const v128)),
+                                std::array::from_fn(|h| D::load_weights(w.add(h * HALF * STEP))),
+                                std::array::from_fn(|h| D::load_weights(w.add(PANEL * STEP + h * HALF * STEP))),
                             )
                         };
                         for (r, dots_r) in dots.iter_mut().enumerate() {
                             // SAFETY: values 4·step..4·step + 8 < k of a whole row.
-                            let (x0, x1) = unsafe {
-                                let x = s.x[r].as_ptr().add(step * STEP) as *const u32;
-                                (v128_load32_splat(x), v128_load32_splat(x.add(1)))
-                            };
+                            let (x0, x1) = unsafe { D::load_activations(s.x[r].as_ptr().add(step * STEP)) };
                             for h in 0..H {
                                 dots_r[h].add_two_steps(x0, w0[h], x1, w1[h]);
                             }
