@@ -74,9 +74,11 @@ impl RouterForm {
     /// (the reference the integer path is checked against): a reader of the
     /// guide wants what this browser can do, and a foreign site's page is
     /// not cross-origin isolated, so the widget runs the single-thread
-    /// build, where int8 took 0.80× f32's time at 256 tokens (SIMD128 i16
-    /// dots; in the threads build 0.57×). Its rankings equal f32's on the
-    /// end-to-end conversations; `precision=f32` in the link asks for f32.
+    /// build, where int8 took 0.91× f32's time at 256 tokens and 0.87× at
+    /// 1,024 (SIMD128 i16 dots; 0.47× and 0.46× in the threads build,
+    /// `reports/peers.single-thread.json`). On the end-to-end conversations
+    /// its top pick is f32's and its scores lie within 0.01 of them (only
+    /// near ties may turn); `precision=f32` in the link asks for f32.
     pub fn widget_default() -> RouterForm {
         RouterForm {
             iterations: "5".into(),
