@@ -36,8 +36,8 @@
 //! lane in one instruction), else AVX2 (`vpmaddubsw` + `vpmaddwd`: three
 //! instructions for two steps' worth, plus the adds); in the threads build
 //! relaxed SIMD's dots, in the single-thread build plain SIMD128's i16 dot
-//! (`pmaddwd`) on the bytes widened as they load, and plain Rust elsewhere (also the reference the others are
-//! tested against).
+//! (`pmaddwd`) on the bytes widened as they load, and plain Rust elsewhere
+//! (also the reference the others are tested against).
 
 #![allow(unsafe_code)]
 
@@ -883,7 +883,7 @@ mod simd128 {
         #[inline(always)]
         unsafe fn load_activations(x: *const i8) -> (v128, v128) {
             // Each step's 4 values broadcast, then widened. Loading all 8
-            // widened and repeating each half with a shuffle was 8 % slower
+            // widened and repeating each half with a shuffle was 7 % slower
             // (35.4 against 38.0 GFLOP/s on a 64 × 576 × 1,536 product,
             // best of 15 alternated runs in headless Chromium).
             // SAFETY: the caller's 8 bytes.
