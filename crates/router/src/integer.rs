@@ -738,6 +738,17 @@ mod simd128 {
         best_a * margin < best_b
     }
 
+    /// Two steps of an activation row, each step's 4 bytes broadcast across
+    /// a vector.
+    ///
+    /// # Safety
+    /// 8 bytes from `x` are readable.
+    #[inline(always)]
+    unsafe fn broadcast_steps(x: *const i8) -> (v128, v128) {
+        // SAFETY: the caller's 8 bytes, as two 4-byte loads.
+        unsafe { (v128_load32_splat(x as *const u32), v128_load32_splat(x.add(4) as *const u32)) }
+    }
+
     /// Running sums of two steps' products for 4 weight rows (a half
     /// panel): the one place the wasm kernels differ.
     trait Dots: Copy {
@@ -762,7 +773,13 @@ mod simd128 {
         ///
         /// # Safety
         /// 8 bytes from `x` are readable.
-        unsafe fn load_activations(x: *const i8) -> (v128, v128);
+        /// By default each step's 4 bytes broadcast, as the relaxed dots
+        /// take them.
+        #[inline(always)]
+        unsafe fn load_activations(x: *const i8) -> (v128, v128) {
+            // SAFETY: the caller's 8 bytes.
+            unsafe { broadcast_steps(x) }
+        }
         /// Adds steps `s`, `s + 1`: `x0`, `x1` the activation row's 4
         /// values of each, `w0`, `w1` the 4 weight rows' 4 values of each.
         fn add_two_steps(&mut self, x0: v128, w0: Self::Weights, x1: v128, w1: Self::Weights);
@@ -785,12 +802,6 @@ mod simd128 {
         unsafe fn load_weights(w: *const u8) -> v128 {
             // SAFETY: the caller's 16 bytes.
             unsafe { v128_load(w as *const v128) }
-        }
-
-        #[inline(always)]
-        unsafe fn load_activations(x: *const i8) -> (v128, v128) {
-            // SAFETY: the caller's 8 bytes, as two 4-byte broadcasts.
-            unsafe { (v128_load32_splat(x as *const u32), v128_load32_splat(x.add(4) as *const u32)) }
         }
         #[inline(always)]
         fn new() -> Self {
@@ -823,12 +834,6 @@ mod simd128 {
         unsafe fn load_weights(w: *const u8) -> v128 {
             // SAFETY: the caller's 16 bytes.
             unsafe { v128_load(w as *const v128) }
-        }
-
-        #[inline(always)]
-        unsafe fn load_activations(x: *const i8) -> (v128, v128) {
-            // SAFETY: the caller's 8 bytes, as two 4-byte broadcasts.
-            unsafe { (v128_load32_splat(x as *const u32), v128_load32_splat(x.add(4) as *const u32)) }
         }
         #[inline(always)]
         fn new() -> Self {
@@ -887,12 +892,8 @@ mod simd128 {
             // (35.4 against 38.0 GFLOP/s on a 64 × 576 × 1,536 product,
             // best of 15 alternated runs in headless Chromium).
             // SAFETY: the caller's 8 bytes.
-            unsafe {
-                (
-                    i16x8_extend_low_i8x16(v128_load32_splat(x as *const u32)),
-                    i16x8_extend_low_i8x16(v128_load32_splat(x.add(4) as *const u32)),
-                )
-            }
+            let (x0, x1) = unsafe { broadcast_steps(x) };
+            (i16x8_extend_low_i8x16(x0), i16x8_extend_low_i8x16(x1))
         }
 
         #[inline(always)]
