@@ -330,17 +330,19 @@ impl IntPacked {
         if m >= 2 * R * threads || threads == 1 {
             // Long prompts: each task owns whole rows of C (a safe split),
             // and streams every weight panel past its rows. Many tasks a
-            // thread (16, of at least 16 rows), so a thread the host slows
-            // for a while takes fewer of them instead of holding the rest
-            // back: on this 2-vCPU VM, alternated runs of native
-            // `bench-decide --precision int8` took 1,202–1,457 ms at 1,024
-            // tokens with 16 tasks a thread against 1,466–1,523 ms with 2,
-            // and with a busy loop pinned to one vCPU 1,938 ms at 8 tasks
-            // a thread against 2,173 ms. Re-reading a weight per task costs
-            // little: its bands stay in L3 between tasks. One thread has
-            // nothing to balance and keeps its two passes.
-            let tasks = if threads == 1 { 2 } else { threads * 16 };
-            let rows = m.div_ceil(tasks).next_multiple_of(R).max(16.min(m));
+            // thread, so a thread the host slows for a while takes fewer of
+            // them instead of holding the rest back. On this 2-vCPU VM, two
+            // sets of three alternated runs of native `bench-decide
+            // --precision int8` at 1,024 tokens had medians of 1,203 and
+            // 1,438 ms with 16 tasks a thread against 1,487 and 1,636 ms
+            // with 2; with a busy loop pinned to one vCPU, 8 tasks a thread
+            // took 1,938–2,260 ms against 2,173–2,286 ms. Re-reading a
+            // weight per task costs little: its bands stay in L3 between
+            // tasks. One thread has nothing to balance and keeps two passes.
+            const TASKS_A_THREAD: usize = 16;
+            const MIN_TASK_ROWS: usize = 16;
+            let tasks = if threads == 1 { 2 } else { threads * TASKS_A_THREAD };
+            let rows = m.div_ceil(tasks).next_multiple_of(R).max(MIN_TASK_ROWS);
             parallel::for_each_rows_mut(c, n, rows, |first, out| self.product_rows(acts, first, out.len() / n, 0..n, out, n, strip));
         } else {
             // Short prompts: split the weight's panels (C's columns) so
