@@ -10,6 +10,16 @@
 //! a causal softmax between them in one block-sized buffer; `exp` is a
 //! branch-free polynomial that vectorises. Blocks and heads are independent
 //! tasks for `parallel`, so results do not depend on the thread count.
+//!
+//! Both products stay f32 at every precision. Integer scores (queries to 8
+//! bits and keys to the weights' 6-bit affine form per 32 values, through
+//! `integer`'s kernels) ran one layer at 1,024 tokens in 42.7 ms against
+//! 54.8 ms in the browser's threads build (one thread, best of 7), but took
+//! the llama.cpp reference test's 23-token text to cosine 0.9970 on its last
+//! token, below the test's 0.999. Rounding operands in this f32 path
+//! instead gave 0.9986 for keys at 8 bits (symmetric, per 32 values) and
+//! 0.9978 for the softmax weights at 0..=127 per 32 keys, against 0.9994
+//! unrounded: attention keeps no 8-bit margin on this test.
 
 #![allow(unsafe_code)]
 
