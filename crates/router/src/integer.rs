@@ -130,6 +130,19 @@ pub fn kernel_name() -> &'static str {
     best().name
 }
 
+/// Whether this build's kernel reads the activations widened to i16: the
+/// single-thread wasm build's (plain SIMD128, no relaxed dots), whose
+/// products are `i32x4.dot_i16x8_s` of widened values. Widened once at
+/// quantization, each two steps of a row are two 8-byte broadcasts
+/// instead of two 4-byte ones and two sign extensions, once per strip
+/// and pass; its product ran 10 % faster (1,024 × 576 × 1,536: 46.1
+/// against 51.1 ms; 1,024 × 1,536 × 576: 47.2 against 52.1 ms; best of 7
+/// alternated runs each in headless Chromium, the quantization included),
+/// and with `attention::larger` the single-thread page's 1,024-token
+/// decide went from 11.4, 9.5, 9.7 and 10.2 s to 10.2, 8.5, 7.9 and 8.2 s
+/// (warm p50 of 3 calls, the two builds alternated ABBA in one Chromium).
+const WIDENED_ACTIVATIONS: bool = cfg!(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")));
+
 /// Activations `[m × k]` quantized per block of [`BLOCK`] values:
 /// `x ≈ scale × q` with `q` in −127..=127. [`Activations::quantize_into`]
 /// refills one in place, so a prefill keeps one per weight group for all
@@ -142,6 +155,9 @@ pub struct Activations {
     pub group: usize,
     /// `[m × k]`.
     pub q: Vec<i8>,
+    /// `q` widened to i16, where the build's kernel multiplies in i16
+    /// ([`WIDENED_ACTIVATIONS`]); empty elsewhere.
+    q_wide: Vec<i16>,
     /// `[m × (k / BLOCK + k / group)]`: a row's scales, then its groups'
     /// `scale × Σ q` (what the weights' minimums multiply).
     meta: Vec<f32>,
@@ -176,7 +192,7 @@ impl Activations {
                     // stayed scalar: 6.6 % of a 1,024-token native profile,
                     // 4.7 % after (both counting the load's repacking, which
                     // shares the closure's symbol).
-                    let amax = crate::attention::lanes(xb, 0.0, |a, v| a.max(v.abs()));
+                    let amax = crate::attention::lanes(xb, 0.0, |a, v| crate::attention::larger(a, v.abs()));
                     let inverse = if amax > 0.0 { 127.0 / amax } else { 0.0 };
                     qb.iter_mut().zip(xb).for_each(|(q, &v)| *q = round_to_i8(v * inverse));
                     // The scale rounded to f16, as ggml's Q8_0 and Q8_1
@@ -195,6 +211,11 @@ impl Activations {
                 }
             }
         });
+        if WIDENED_ACTIVATIONS {
+            // One pass that vectorises; this build has no helper threads.
+            self.q_wide.clear();
+            self.q_wide.extend(self.q.iter().map(|&v| i16::from(v)));
+        }
     }
 
     fn meta_row(&self) -> usize {
@@ -394,6 +415,7 @@ impl IntPacked {
                     k,
                     group: self.group,
                     x: x_rows.map(|r| &acts.q[r * k..][..k]),
+                    x_wide: x_rows.map(|r| acts.q_wide.get(r * k..(r + 1) * k).unwrap_or_default()),
                     x_scales: x_rows.map(|r| acts.scales(r)),
                     x_sums: x_rows.map(|r| acts.sums(r)),
                     q: &self.q,
@@ -425,6 +447,8 @@ struct Strip<'a> {
     /// Values per weight scale (32, or 16).
     group: usize,
     x: [&'a [i8]; R],
+    /// The same rows widened to i16 where [`WIDENED_ACTIVATIONS`]; else empty.
+    x_wide: [&'a [i16]; R],
     x_scales: [&'a [f32]; R],
     /// The rows' group sums.
     x_sums: [&'a [f32]; R],
@@ -454,6 +478,7 @@ impl Strip<'_> {
         let meta = self.panels.end * self.groups() * PANEL;
         assert!(self.panels.end * PANEL * self.k <= self.q.len() && meta <= self.scales.len() && meta <= self.mins.len());
         assert!(self.x.iter().all(|x| x.len() >= self.k) && self.x_scales.iter().all(|x| x.len() >= self.k / BLOCK));
+        assert!(!WIDENED_ACTIVATIONS || self.x_wide.iter().all(|x| x.len() >= self.k));
         assert!(self.x_sums.iter().all(|x| x.len() >= self.groups()));
     }
 
@@ -780,17 +805,18 @@ mod simd128 {
         /// # Safety
         /// 16 bytes from `w` are readable.
         unsafe fn load_weights(w: *const u8) -> Self::Weights;
-        /// Loads an activation row's two steps, 8 values, as the dots take
-        /// each step's 4 (repeated across the vector).
+        /// Loads activation row `r`'s steps `step` and `step + 1`, 8
+        /// values, as the dots take each step's 4 (repeated across the
+        /// vector). By default each step's 4 bytes broadcast, as the
+        /// relaxed dots take them.
         ///
         /// # Safety
-        /// 8 bytes from `x` are readable.
-        /// By default each step's 4 bytes broadcast, as the relaxed dots
-        /// take them.
+        /// The strip's bounds hold (`Strip::assert_in_bounds`), `r < R`,
+        /// and `4 · step + 8 ≤ k`.
         #[inline(always)]
-        unsafe fn load_activations(x: *const i8) -> (v128, v128) {
-            // SAFETY: the caller's 8 bytes.
-            unsafe { broadcast_steps(x) }
+        unsafe fn load_row(s: &Strip, r: usize, step: usize) -> (v128, v128) {
+            // SAFETY: 8 of the row's k values (the caller's bounds).
+            unsafe { broadcast_steps(s.x[r].as_ptr().add(step * STEP)) }
         }
         /// Adds steps `s`, `s + 1`: `x0`, `x1` the activation row's 4
         /// values of each, `w0`, `w1` the 4 weight rows' 4 values of each.
@@ -898,14 +924,18 @@ mod simd128 {
         }
 
         #[inline(always)]
-        unsafe fn load_activations(x: *const i8) -> (v128, v128) {
-            // Each step's 4 values broadcast, then widened. Loading all 8
-            // widened and repeating each half with a shuffle was 7 % slower
-            // (35.4 against 38.0 GFLOP/s on a 64 × 576 × 1,536 product,
-            // best of 15 alternated runs in headless Chromium).
-            // SAFETY: the caller's 8 bytes.
-            let (x0, x1) = unsafe { broadcast_steps(x) };
-            (i16x8_extend_low_i8x16(x0), i16x8_extend_low_i8x16(x1))
+        unsafe fn load_row(s: &Strip, r: usize, step: usize) -> (v128, v128) {
+            // Each step's 4 values, widened at quantization, as one 8-byte
+            // broadcast. (Broadcasting the bytes and widening them here,
+            // the form before, was 10 % slower, see `WIDENED_ACTIVATIONS`;
+            // and loading 8 bytes widened and repeating each half with a
+            // shuffle was 7 % slower than that.) SAFETY: 8 of the widened
+            // row's k values (the caller's bounds; `assert_in_bounds`
+            // checks the widened rows in this build).
+            unsafe {
+                let x = s.x_wide[r].as_ptr().add(step * STEP);
+                (v128_load64_splat(x as *const u64), v128_load64_splat(x.add(STEP) as *const u64))
+            }
         }
 
         #[inline(always)]
@@ -979,7 +1009,7 @@ mod simd128 {
                         };
                         for (r, dots_r) in dots.iter_mut().enumerate() {
                             // SAFETY: values 4·step..4·step + 8 < k of a whole row.
-                            let (x0, x1) = unsafe { D::load_activations(s.x[r].as_ptr().add(step * STEP)) };
+                            let (x0, x1) = unsafe { D::load_row(s, r, step) };
                             for h in 0..H {
                                 dots_r[h].add_two_steps(x0, w0[h], x1, w1[h]);
                             }
