@@ -388,12 +388,13 @@ pub(crate) fn lanes(values: &[f32], start: f32, f: impl Fn(f32, f32) -> f32) -> 
 /// wasm's `f32.max` and `f32x4.max` do not do, so in wasm32 each call was
 /// a call to libm's `fmaxf` and its loop stayed scalar: 1.5 % of the
 /// samples of a profile of the single-thread build at 1,024 tokens (its
-/// other core idle), beside the softmax's own 2.5 %. This form is `f32x4.pmax` there (and `maxps` natively). Over
-/// 1,024 × 1,536 values in the single-thread build, row maxima of 528
-/// values went from 2.24 to 0.27 ms and the quantization's maxima of 32
-/// (in `integer`) from 2.49 to 1.01 ms; in the threads build, with
-/// relaxed SIMD, from 0.30 to 0.26 and from 2.51 to 0.71 ms (best of 15
-/// alternated runs each in headless Chromium).
+/// other core idle), beside the softmax's own 2.5 %. This form is
+/// `f32x4.pmax` there (and `maxps` natively). Over 1,024 × 1,536 values
+/// in the single-thread build, row maxima of 528 values went from 2.24 to
+/// 0.27 ms and the quantization's maxima of 32 (in `integer`) from 2.49
+/// to 1.01 ms; in the threads build, with relaxed SIMD, from 0.30 to 0.26
+/// and from 2.51 to 0.71 ms (best of 15 alternated runs each in headless
+/// Chromium).
 #[inline(always)]
 pub(crate) fn larger(a: f32, b: f32) -> f32 {
     if b > a {
