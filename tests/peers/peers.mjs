@@ -38,6 +38,7 @@
 // here is part of the product.
 
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
@@ -81,6 +82,32 @@ const cargo = (bin, rest) => run('cargo', ['run', '--release', '--quiet', '-p', 
 const hardwareThreads = availableParallelism();
 const threadCounts = [...new Set([1, hardwareThreads])];
 
+// What the machine did during each step (Linux only: /proc/stat). A first
+// call is one sample, so a neighbour's burst lands in it whole; the report
+// keeps, for every step of every round, how many cores were busy and what
+// share of the time the hypervisor gave to someone else (steal), so a slow
+// round can be told apart from a slow engine instead of guessed at.
+function cpuTimes() {
+  try {
+    const [, user, nice, system, idle, iowait, irq, softirq, steal] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).map(Number);
+    return { busy: user + nice + system + irq + softirq, steal, total: user + nice + system + idle + iowait + irq + softirq + steal, at: performance.now() };
+  } catch {
+    return null;
+  }
+}
+const machine = [];
+async function step(round, what, body) {
+  const before = cpuTimes();
+  const result = await body();
+  const after = cpuTimes();
+  if (before && after) {
+    const seconds = (after.at - before.at) / 1e3;
+    // /proc/stat counts in USER_HZ ticks, 100 a second on Linux.
+    machine.push({ round, step: what, seconds: +seconds.toFixed(1), busy_cores: +((after.busy - before.busy) / 100 / seconds).toFixed(2), steal_share: +((after.steal - before.steal) / Math.max(1, after.total - before.total)).toFixed(4) });
+  }
+  return result;
+}
+
 // The weights every peer runs: the bundled file, and llama.cpp's own
 // requantized copies of it.
 const bundled = 'SmolLM2-135M-Instruct.Q4_1.gguf';
@@ -105,12 +132,12 @@ for (const round of roundNumbers) {
     log(`round ${round}/${rounds}: native bench-decide, ${precision}`);
     const file = join(work, `native.${precision}.round${round}.json`);
     const dump = round === 1 ? ['--dump-prompts', promptsFile] : [];
-    cargo('bench-decide', ['--lengths', args.lengths, '--iterations', args.iterations, '--warmup', args.warmup, '--precision', precision, ...dump, '--out', file]);
+    await step(round, `ours native ${precision}`, () => cargo('bench-decide', ['--lengths', args.lengths, '--iterations', args.iterations, '--warmup', args.warmup, '--precision', precision, ...dump, '--out', file]));
     oursNative[precision].push(JSON.parse(await readFile(file, 'utf8')));
   }
   log(`round ${round}/${rounds}: native llama.cpp (node-llama-cpp)`);
   const llamaFile = join(work, `native-llama.round${round}.json`);
-  run('node', [
+  await step(round, 'llama.cpp native', () => run('node', [
     'tests/peers/native-llama.mjs',
     '--prompts', promptsFile,
     '--models', quants.map((q) => `${q}=${join(work, modelFile[q])}`).join(','),
@@ -119,7 +146,7 @@ for (const round of roundNumbers) {
     '--warmup', args['peer-warmup'],
     '--iterations', args['peer-iterations'],
     '--out', llamaFile,
-  ]);
+  ]));
   llamaNative.push(JSON.parse(await readFile(llamaFile, 'utf8')));
 }
 const nativeGemm = JSON.parse(cargo('gemm-probe', ['--checkpoint', join('assets', bundled), '--lengths', args.lengths]));
@@ -143,7 +170,7 @@ try {
       for (const precision of precisions) {
         log(`round ${round}/${rounds}: our router page, ${build} build, ${precision}`);
         const page = await newPage(browser, { acceptDownloads: true });
-        const report = await runPageBench(page, server.url, { lengths: args.lengths, warmup: args.warmup, iterations: args.iterations, precision, out: join(work, `browser.${build}.${precision}.round${round}.json`), log });
+        const report = await step(round, `ours browser ${build} ${precision}`, () => runPageBench(page, server.url, { lengths: args.lengths, warmup: args.warmup, iterations: args.iterations, precision, out: join(work, `browser.${build}.${precision}.round${round}.json`), log }));
         if ((build === 'threads') !== report.environment.cross_origin_isolated) throw new Error(`the ${build} run's page was ${report.environment.cross_origin_isolated ? '' : 'not '}cross-origin isolated`);
         if (build === 'threads' && precision === precisions[0] && round === 1) oursGemm = await pageGemmProbe(page);
         let entry = oursBrowser.find((o) => o.build === build && o.precision === precision);
@@ -157,14 +184,14 @@ try {
       const peer = await newPage(browser);
       await peer.goto(`${isolated.url}peers/wllama.html`);
       await peer.waitForFunction(() => window.peerReady === true);
-      const result = await peer.evaluate((o) => window.runWllama(o), {
+      const result = await step(round, `wllama ${quant} ${threads}T FA ${flash}`, () => peer.evaluate((o) => window.runWllama(o), {
         modelUrl: `/peer-models/${modelFile[quant]}`,
         threads,
         flashAttention: flash === 'on',
         prompts,
         warmup: Number(args['peer-warmup']),
         iterations: Number(args['peer-iterations']),
-      });
+      }));
       wllama.push({ quant, flash_attention: flash === 'on', round, ...result });
       await peer.context().close();
     }
@@ -256,7 +283,7 @@ const coldRatios = configurations.filter((c) => c.engine.startsWith('ours')).map
 }));
 
 const report = {
-  schema: 'workbench.peers/3',
+  schema: 'workbench.peers/4',
   started: new Date().toISOString(),
   protocol: {
     lengths,
@@ -278,6 +305,9 @@ const report = {
   prefill_gflop: Object.fromEntries(lengths.map((t) => [t, nativeGemm.prefill_flops[String(t)] / 1e9])),
   ours_load: Object.fromEntries(oursBrowser.map((o) => [`${o.build}.${o.precision}`, o.reports.map((r) => r.load)])),
   configurations,
+  // Per round and step: seconds, cores busy (ours and everything else) and
+  // the hypervisor's steal share; empty where /proc/stat is not readable.
+  machine,
   targets: [
     ...ratios.map((r) => ({ ...r, verdict: verdict(r) })),
     ...coldRatios.map((c) => ({ target: 'first (cold) call ≤ 1.2 × warm p50 at every length', limit: 1.2, ours: c.ours, by_length: c.by_length, verdict: Object.values(c.by_length).every((x) => x <= 1.2) ? 'met' : 'not met' })),
@@ -309,6 +339,14 @@ for (const c of configurations.filter((x) => x.engine.startsWith('ours'))) {
   const probe =
     c.engine === 'ours-native' && c.precision === 'f32' ? nativeGemm.probe.gflops : c.build === 'threads' && c.precision === precisions[0] ? oursGemm.gflops : null;
   console.log(`${c.label}: ${rate.toFixed(1)} GFLOP/s at ${longest} tokens${probe ? ` (${(100 * rate / probe).toFixed(0)} % of the GEMM probe of that build and precision)` : ''}`);
+}
+if (machine.length) {
+  const worst = machine.reduce((a, b) => (b.steal_share > a.steal_share ? b : a));
+  console.log(`\nsteal (time the hypervisor gave to other guests) by round: ${roundNumbers.map((r) => {
+    const steps = machine.filter((m) => m.round === r);
+    return `${r}: ${(100 * Math.max(...steps.map((m) => m.steal_share))).toFixed(1)} % at most`;
+  }).join(', ')}; the most in one step: ${(100 * worst.steal_share).toFixed(1)} % (round ${worst.round}, ${worst.step}).`);
+  console.log(`our browser steps, cores busy: ${machine.filter((m) => m.step.startsWith('ours browser')).map((m) => `${m.round}·${m.step.replace('ours browser ', '')} ${m.busy_cores}`).join(', ')}.`);
 }
 console.log(`ours: ${args.warmup} warm-up(s), ${args.iterations} iterations; peers: ${args['peer-warmup']} warm-up(s), ${args['peer-iterations']} iterations; ${rounds} round(s), figures are medians over them${args['peer-every-round'] ? '' : ' (wllama: each configuration in one round)'}.`);
 console.log(`wrote ${args.out}`);
