@@ -11,6 +11,7 @@
 // sequence: every call prefills the whole text, like the router's decide.
 
 import { readFile, writeFile } from 'node:fs/promises';
+import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
 import { getLlama, LlamaLogLevel } from 'node-llama-cpp';
 
@@ -41,8 +42,27 @@ const flashModes = args.flash.split(',').map((f) => {
 });
 const log = (m) => console.error(`native-llama: ${m}`);
 
-// The prebuilt binaries only: never a download or a compile.
-const llama = await getLlama({ gpu: false, build: 'never', usePrebuiltBinaries: true, skipDownload: true, logLevel: LlamaLogLevel.error, maxThreads: 0 });
+// The prebuilt binaries only: never a download or a compile. ggml loads
+// the CPU variant (haswell, icelake, zen4, sapphirerapids, …) whose
+// instructions this machine offers, and that choice decides llama.cpp's
+// speed here (an AMX variant on a VM that exposes AMX ran its prefill
+// about 2.4× faster than the zen4 variant on one that does not), so the
+// report names it. Its line comes at the `log` level; only warnings and
+// errors are passed on.
+let cpuVariant = null;
+const llama = await getLlama({
+  gpu: false,
+  build: 'never',
+  usePrebuiltBinaries: true,
+  skipDownload: true,
+  logLevel: LlamaLogLevel.log,
+  logger: (level, message) => {
+    const loaded = message.match(/loaded CPU backend from (\S+)/);
+    if (loaded) cpuVariant = basename(loaded[1]);
+    else if ([LlamaLogLevel.fatal, LlamaLogLevel.error, LlamaLogLevel.warn].includes(level)) console.error(`llama.cpp: ${message.trim()}`);
+  },
+  maxThreads: 0,
+});
 const runs = [];
 for (const { quant, path } of models) {
   const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
@@ -72,5 +92,5 @@ for (const { quant, path } of models) {
   }
   await model.dispose();
 }
-await writeFile(args.out, JSON.stringify({ binaries: '@node-llama-cpp/linux-x64', cpu_only: true, runs }, null, 2));
+await writeFile(args.out, JSON.stringify({ binaries: '@node-llama-cpp/linux-x64', cpu_variant: cpuVariant, cpu_only: true, runs }, null, 2));
 await llama.dispose();

@@ -96,6 +96,16 @@ function cpuTimes() {
   }
 }
 const machine = [];
+// The integer instruction sets that decide both native engines' kernels
+// (AMX only llama.cpp uses), as /proc/cpuinfo lists them; null elsewhere.
+function cpuFlags() {
+  try {
+    const flags = new Set(readFileSync('/proc/cpuinfo', 'utf8').match(/^flags\s*:(.*)$/m)[1].trim().split(/\s+/));
+    return ['avx2', 'avx512f', 'avx512bw', 'avx512_vnni', 'avx_vnni', 'amx_tile', 'amx_int8'].filter((f) => flags.has(f));
+  } catch {
+    return null;
+  }
+}
 async function step(round, what, body) {
   const before = cpuTimes();
   const result = await body();
@@ -300,6 +310,10 @@ const report = {
     cpu: oursNative[precisions[0]][0].environment.cpu_model,
     git_revision: oursNative[precisions[0]][0].environment.git_revision,
     native_peer: llamaNative[0].binaries,
+    // Which of ggml's CPU variants llama.cpp loaded here, and the
+    // instruction sets that choice (and our own kernel's) rests on.
+    native_peer_cpu_variant: llamaNative[0].cpu_variant,
+    cpu_flags: cpuFlags(),
   },
   gemm: { wasm_gflops: oursGemm.gflops, wasm_line: oursGemm.line, native: nativeGemm.probe },
   prefill_gflop: Object.fromEntries(lengths.map((t) => [t, nativeGemm.prefill_flops[String(t)] / 1e9])),
@@ -348,5 +362,6 @@ if (machine.length) {
   }).join(', ')}; the most in one step: ${(100 * worst.steal_share).toFixed(1)} % (round ${worst.round}, ${worst.step}).`);
   console.log(`our browser steps, cores busy: ${machine.filter((m) => m.step.startsWith('ours browser')).map((m) => `${m.round}·${m.step.replace('ours browser ', '')} ${m.busy_cores}`).join(', ')}.`);
 }
+console.log(`native llama.cpp ran ggml's ${report.environment.native_peer_cpu_variant ?? 'unnamed'} CPU variant; this CPU offers ${report.environment.cpu_flags?.join(', ') ?? 'flags unknown'}.`);
 console.log(`ours: ${args.warmup} warm-up(s), ${args.iterations} iterations; peers: ${args['peer-warmup']} warm-up(s), ${args['peer-iterations']} iterations; ${rounds} round(s), figures are medians over them${args['peer-every-round'] ? '' : ' (wllama: each configuration in one round)'}.`);
 console.log(`wrote ${args.out}`);
