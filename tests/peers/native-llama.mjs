@@ -45,10 +45,11 @@ const log = (m) => console.error(`native-llama: ${m}`);
 // The prebuilt binaries only: never a download or a compile. ggml loads
 // the CPU variant (haswell, icelake, zen4, sapphirerapids, …) whose
 // instructions this machine offers, and that choice decides llama.cpp's
-// speed here (an AMX variant on a VM that exposes AMX ran its prefill
-// about 2.4× faster than the zen4 variant on one that does not), so the
-// report names it. Its line comes at the `log` level; only warnings and
-// errors are passed on.
+// speed here: on an earlier VM of the same CPU name (likely one that
+// exposed AMX, and so the sapphirerapids variant) its prefill ran about
+// 2.4× faster than with the zen4 variant on a VM without AMX. That run did
+// not record the variant; the report now names it. Its line comes at the
+// `log` level; only warnings and errors are passed on.
 let cpuVariant = null;
 const llama = await getLlama({
   gpu: false,
