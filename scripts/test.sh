@@ -33,6 +33,9 @@ source scripts/env.sh
 step "format"
 cargo fmt --all -- --check
 
+step "tool tests (the static server the e2e tests and benches use)"
+(cd tools && node --test)
+
 step "clippy native"
 cargo clippy --workspace --all-targets -- -D warnings
 

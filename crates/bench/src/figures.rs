@@ -158,6 +158,7 @@ pub fn latency_svg(series: &[Series]) -> String {
         LEGEND_LINE * (series.len() as f64 + 1.0)
     ));
     for (i, one) in series.iter().enumerate() {
+        let label = crate::svg::escape(one.label);
         let warm: Vec<(f64, crate::Summary)> = one.report.results.iter().filter_map(|r| Some((r.prompt_tokens as f64, r.warm?))).collect();
         let band = |lo: &dyn Fn(&crate::Summary) -> f64, hi: &dyn Fn(&crate::Summary) -> f64| {
             let upper = warm.iter().map(|(x, w)| format!("{:.1},{:.1}", sx(*x), sy(hi(w))));
@@ -174,7 +175,7 @@ pub fn latency_svg(series: &[Series]) -> String {
                     r#"<circle class="p50-point s{i}" cx="{:.1}" cy="{:.1}" r="3"><title>{}: {} tokens, warm p50 {}</title></circle>"#,
                     sx(*x),
                     sy(w.p50),
-                    one.label,
+                    label,
                     *x as usize,
                     ms_label(w.p50)
                 ));
@@ -185,7 +186,7 @@ pub fn latency_svg(series: &[Series]) -> String {
                 r#"<circle class="cold s{i}" cx="{:.1}" cy="{:.1}" r="5"><title>{}: {} tokens, first call (cold) {}</title></circle>"#,
                 sx(r.prompt_tokens as f64),
                 sy(r.cold_ms),
-                one.label,
+                label,
                 r.prompt_tokens,
                 ms_label(r.cold_ms)
             ));
@@ -196,7 +197,7 @@ pub fn latency_svg(series: &[Series]) -> String {
             LEFT + 18.0,
             LEFT + 24.0,
             ly + 4.0,
-            xml_escape(one.label)
+            label
         ));
     }
     s.push_str("</svg>");
@@ -224,10 +225,6 @@ fn trim(v: f64) -> String {
     } else {
         format!("{v:.1}")
     }
-}
-
-fn xml_escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -272,5 +269,11 @@ mod tests {
         assert!(svg.contains("native &lt;cpu&gt;") && svg.ends_with("</svg>"));
         assert!(svg.contains(">100 ms<") && svg.contains(">10 s<") && svg.contains(">1000<"));
         assert!(latency_svg(&[]).contains("No lengths measured yet."));
+    }
+
+    #[test]
+    fn a_hostile_series_label_stays_text() {
+        let report = sample_report();
+        crate::svg::assert_inert(&latency_svg(&[Series { label: crate::svg::HOSTILE, report: &report }]), crate::svg::HOSTILE);
     }
 }

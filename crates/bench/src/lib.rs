@@ -21,6 +21,7 @@ pub mod run;
 pub mod serve;
 pub mod share;
 pub mod stats;
+pub mod svg;
 pub mod tasks;
 #[cfg(test)]
 mod testing;

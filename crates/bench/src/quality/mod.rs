@@ -857,6 +857,12 @@ mod tests {
             published_note: String::new(),
             per_task: Vec::new(),
         };
+        // The policies' names reach the page's figures from imported reports.
+        let mut hostile = study.clone();
+        hostile.curves[0].policy = crate::svg::HOSTILE.into();
+        hostile.rows[0].policy = crate::svg::HOSTILE.into();
+        crate::svg::assert_inert(&hostile.cost_quality_svg(), crate::svg::HOSTILE);
+        crate::svg::texts_and_values(&hostile.truncation_svg());
         let v = study.verdicts();
         assert!(v[0].starts_with("Cost-blind, the backbone's features do not beat TF-IDF"), "{v:?}");
         // The best single model is big (30 resolved at $300).

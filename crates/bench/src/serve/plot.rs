@@ -4,11 +4,7 @@
 //! time apart, as in the note's figure) and its queue over time.
 
 use super::{LengthClass, Outcome, Policy, QueueSample, ServeRun, ServeStudy, KNEE_SHARE};
-use crate::quality::plot::{plot_svg, PlotSeries};
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
+use crate::svg::{escape, plot_svg, PlotSeries};
 
 /// Served-within-SLO throughput, decisions and arrivals per second against
 /// the offered (nominal) rate (the load sweep), with the knee and the

@@ -375,3 +375,34 @@ fn a_cancelled_run_records_what_was_in_the_system_as_unfinished() {
     assert_eq!(run.summary.arrivals, 3);
     assert_eq!(run.summary.unfinished, 2);
 }
+
+#[test]
+fn hostile_task_names_and_run_labels_stay_text_in_every_figure() {
+    use crate::svg::{assert_inert, texts_and_values, HOSTILE};
+    let hostile_prompts = vec![TracePrompt { task: HOSTILE.into(), tokens: 64 }, TracePrompt { task: "long".into(), tokens: 1024 }];
+    let mut runs = Vec::new();
+    for (rate, chunk) in [(1.0, None), (2.0, None), (1.0, Some(256))] {
+        let clock = Rc::new(Cell::new(0.0));
+        let mut e = TimedEngine { prompts: hostile_prompts.clone(), ..engine(&clock) };
+        let settings = ServeSettings { rate_per_s: rate, ..settings(chunk, Policy::Fcfs) };
+        let server = Server::new(settings, hostile_prompts.clone(), arrivals(&[(0.0, 0), (10.0, 1), (20.0, 0)])).unwrap();
+        let mut run = drive(server, &mut e, &clock);
+        run.label = HOSTILE.into();
+        runs.push(run);
+    }
+    let study = ServeStudy {
+        prompt_set: HOSTILE.into(),
+        prompts: hostile_prompts,
+        router_max_tokens: 1024,
+        arrivals: HOSTILE.into(),
+        runs,
+        note: HOSTILE.into(),
+        unloaded_heaviest_ms: None,
+    };
+    let run = &study.runs[0];
+    assert_inert(&plot::timeline_svg(run), HOSTILE);
+    assert_inert(&plot::queue_svg(&run.queue, run.settings.end_ms(), &run.label), HOSTILE);
+    // The sweep and chunk figures carry no label of the user's; they must still parse as inert.
+    texts_and_values(&plot::load_svg(&study));
+    texts_and_values(&plot::chunks_svg(&study));
+}
