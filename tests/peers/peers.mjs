@@ -96,6 +96,11 @@ function cpuTimes() {
   }
 }
 const machine = [];
+// wllama's configurations, dealt out over the rounds (or all in each).
+const wllamaConfigurations = quants.flatMap((quant) => threadCounts.flatMap((threads) => flashModes.map((flash) => ({ quant, threads, flash }))));
+function wllamaPlan(round) {
+  return wllamaConfigurations.filter((_, i) => args['peer-every-round'] || i % rounds === round - 1);
+}
 // The integer instruction sets that decide both native engines' kernels
 // (AMX only llama.cpp uses), as /proc/cpuinfo lists them; null elsewhere.
 function cpuFlags() {
@@ -106,10 +111,41 @@ function cpuFlags() {
     return null;
   }
 }
+// Progress: every step of the run is known before it starts, so each says
+// which it is of how many, the time elapsed, and the time left estimated from
+// the steps of its kind already run (a wllama step takes tens of times an
+// ours-native one, so one average for all would mislead).
+const kindOf = (what) => (what.startsWith('wllama') ? 'wllama' : what);
+const plan = [
+  ...roundNumbers.flatMap(() => [...precisions.map((p) => `ours native ${p}`), 'llama.cpp native']),
+  ...roundNumbers.flatMap((round) => [
+    ...['threads', 'single-thread'].flatMap((build) => precisions.map((p) => `ours browser ${build} ${p}`)),
+    ...wllamaPlan(round).map(() => 'wllama'),
+  ]),
+];
+const started = performance.now();
+const tookByKind = new Map();
+let stepsDone = 0;
+const clock = (ms) => {
+  const s = Math.round(ms / 1e3);
+  return s < 60 ? `${s}s` : s < 3600 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s` : `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+};
+function timeLeft() {
+  const all = [...tookByKind.values()].flat();
+  if (all.length === 0) return '';
+  const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const left = plan.slice(stepsDone).reduce((sum, kind) => sum + mean(tookByKind.get(kindOf(kind)) ?? all), 0);
+  return `, about ${clock(left)} left`;
+}
 async function step(round, what, body) {
+  log(`step ${stepsDone + 1} of ${plan.length} (round ${round}): ${what} (${clock(performance.now() - started)} elapsed${timeLeft()})`);
+  const stepStarted = performance.now();
   const before = cpuTimes();
   const result = await body();
   const after = cpuTimes();
+  stepsDone += 1;
+  const kind = kindOf(what);
+  tookByKind.set(kind, [...(tookByKind.get(kind) ?? []), performance.now() - stepStarted]);
   if (before && after) {
     const seconds = (after.at - before.at) / 1e3;
     // /proc/stat counts in USER_HZ ticks, 100 a second on Linux.
@@ -172,8 +208,6 @@ const browser = await launch();
 const oursBrowser = [];
 let oursGemm;
 const wllama = [];
-// wllama's configurations, dealt out over the rounds (or all in each).
-const wllamaConfigurations = quants.flatMap((quant) => threadCounts.flatMap((threads) => flashModes.map((flash) => ({ quant, threads, flash }))));
 try {
   for (const round of roundNumbers) {
     for (const [server, build] of [[isolated, 'threads'], [plain, 'single-thread']]) {
@@ -189,7 +223,7 @@ try {
         await page.context().close();
       }
     }
-    for (const { quant, threads, flash } of wllamaConfigurations.filter((_, i) => args['peer-every-round'] || i % rounds === round - 1)) {
+    for (const { quant, threads, flash } of wllamaPlan(round)) {
       log(`round ${round}/${rounds}: wllama, ${quant}, ${threads} thread(s), flash attention ${flash}`);
       const peer = await newPage(browser);
       await peer.goto(`${isolated.url}peers/wllama.html`);

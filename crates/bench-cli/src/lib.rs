@@ -5,10 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use std::process::ExitCode;
-
 use anyhow::{bail, Context, Result};
-use router::{Precision, Router, RouterAssets, RouterConfig};
+use router::{Router, RouterAssets, RouterConfig};
+
+pub mod cli;
+
+pub use cli::exit;
 
 /// The flags every tool that loads a router takes, spelled once.
 #[derive(clap::Args, Debug)]
@@ -25,29 +27,17 @@ pub struct RouterFlags {
     /// Routing mode (default: the pool's default).
     #[arg(long)]
     pub mode: Option<String>,
-    /// `f32`: weights dequantized once at load (default); `int8`: the stored blocks times activations
-    /// quantized to 8 bits, integer dot products; `quantized`: candle's quantized matmul.
-    #[arg(long, default_value = "f32")]
-    pub precision: String,
+    /// How the projections multiply (the page's `precision=`).
+    #[arg(long, value_enum, default_value_t = cli::PrecisionArg::F32)]
+    pub precision: cli::PrecisionArg,
 }
 
 impl RouterFlags {
     /// Loads the router these flags name; `router_max_tokens` comes from
     /// ENTHALPY_ROUTER_MAX_TOKENS.
     pub fn load(&self) -> Result<Loaded> {
-        let config = RouterConfig { max_tokens: max_tokens_from_env()?, precision: precision(&self.precision)?, ..RouterConfig::default() };
+        let config = RouterConfig { max_tokens: max_tokens_from_env()?, precision: self.precision.into(), ..RouterConfig::default() };
         load_router(&self.checkpoint, self.tokenizer.as_deref(), &self.pool, config)
-    }
-}
-
-/// The tools' exit: 0, or the error chain on stderr and status 2.
-pub fn exit(tool: &str, outcome: Result<()>) -> ExitCode {
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{tool}: {e:#}");
-            ExitCode::from(2)
-        }
     }
 }
 
@@ -138,14 +128,6 @@ pub fn git_revision() -> String {
     }
 }
 
-/// `int8`, `f32` or `quantized`, as the flag spells it.
-pub fn precision(flag: &str) -> Result<Precision> {
-    match Precision::from_flag(flag) {
-        Some(precision) => Ok(precision),
-        None => bail!("--precision {flag}: use int8, f32 or quantized"),
-    }
-}
-
 /// `router_max_tokens`: ENTHALPY_ROUTER_MAX_TOKENS, else the default.
 fn max_tokens_from_env() -> Result<usize> {
     match std::env::var("ENTHALPY_ROUTER_MAX_TOKENS") {
@@ -154,7 +136,7 @@ fn max_tokens_from_env() -> Result<usize> {
             .parse::<usize>()
             .ok()
             .filter(|n| *n > 0)
-            .with_context(|| format!("ENTHALPY_ROUTER_MAX_TOKENS={v}: not a positive whole number")),
+            .ok_or_else(|| cli::usage(format!("ENTHALPY_ROUTER_MAX_TOKENS={v}: not a positive whole number"))),
         Err(_) => Ok(router::router::DEFAULT_MAX_TOKENS),
     }
 }

@@ -13,9 +13,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use bench::report::{ProtocolRecord, Provenance, Report, SCHEMA};
 use bench::Protocol;
+use bench_cli::cli::{usage, DeviceArg, Progress};
 use bench_cli::{prompt_texts, Loaded, RouterFlags, DEFAULT_PROMPTS};
 use clap::Parser;
 
@@ -26,17 +27,19 @@ use clap::Parser;
 struct Args {
     #[command(flatten)]
     router: RouterFlags,
-    /// Only `cpu` exists here.
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    /// Where the backbone runs.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    device: DeviceArg,
     /// Where to write the JSON report.
     #[arg(long, default_value = "reports/router-latency.cpu.json")]
     out: PathBuf,
     /// Prompt lengths in tokens, comma-separated.
     #[arg(long, default_value = "15,256,1024", value_delimiter = ',')]
     lengths: Vec<usize>,
+    /// Timed warm decides per length, after the cold first call and the warm-ups.
     #[arg(long, default_value_t = 25)]
     iterations: usize,
+    /// Untimed decides per length between the cold first call and the timed ones.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
     /// Timed encode_and_score calls per length (default: as many as --iterations).
@@ -78,42 +81,57 @@ struct Args {
     /// Instead of the latency protocol: route every CodeRouterBench OOD176
     /// task through `decide` and report routing quality beside the
     /// baselines, with a trained head cross-validated (5 folds × 5 seeds).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["serve", "prefix_protocol", "truncation_study", "dump_prompts"])]
     quality: bool,
     #[command(flatten)]
     quality_flags: quality::QualityFlags,
     /// Instead of the latency protocol: the serving test (note 06). Open-loop
     /// arrivals of OOD176 prompts against one engine, with a bounded queue,
     /// client timeouts and chunked prefill; one record per request.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["prefix_protocol", "truncation_study", "dump_prompts"])]
     serve: bool,
     #[command(flatten)]
     serve_flags: serve::ServeFlags,
+    /// No progress lines on stderr (errors still go there).
+    #[arg(long, short)]
+    quiet: bool,
+    /// Print the report as JSON on stdout instead of its tables (it is written to --out either way).
+    #[arg(long)]
+    json: bool,
 }
 
 mod quality;
 mod serve;
+
+/// What the study modes print, as the flags ask.
+#[derive(Clone, Copy, Debug)]
+pub struct Output {
+    /// No progress lines.
+    pub quiet: bool,
+    /// The report as JSON on stdout instead of tables.
+    pub json: bool,
+}
 
 fn main() -> ExitCode {
     bench_cli::exit("bench-decide", run(Args::parse()))
 }
 
 fn run(args: Args) -> Result<()> {
-    if args.device != "cpu" {
-        bail!("--device {}: only `cpu` is available (the backbone runs on candle's CPU backend)", args.device);
-    }
+    let DeviceArg::Cpu = args.device;
     if args.lengths.is_empty() || args.lengths.contains(&0) {
-        bail!("--lengths: give positive token counts, e.g. 15,256,1024");
+        return Err(usage("--lengths: give positive token counts, e.g. 15,256,1024"));
     }
     if args.quality {
-        return quality::run(&args.router, &args.quality_flags, &args.out);
+        return quality::run(&args.router, &args.quality_flags, &args.out, Output { quiet: args.quiet, json: args.json });
     }
     if args.serve {
-        return serve::run(&args.router, &args.serve_flags, &args.out);
+        return serve::run(&args.router, &args.serve_flags, &args.out, Output { quiet: args.quiet, json: args.json });
     }
     let texts = prompt_texts(&args.prompts)?;
     let started_unix_ms = bench_cli::unix_ms_now();
-    eprintln!("bench-decide: loading {}", args.router.checkpoint.display());
+    // One step per length, weighted by its tokens (a prefill's time grows at least with them).
+    let mut log = Progress::new("bench-decide", args.lengths.iter().map(|&n| n as f64).collect(), args.quiet);
+    log.note(&format!("loading {}", args.router.checkpoint.display()));
     let Loaded { mut router, checkpoint_file } = args.router.load()?;
     let prompts = args
         .lengths
@@ -136,18 +154,21 @@ fn run(args: Args) -> Result<()> {
         iterations: args.iterations,
         encode_iterations: args.encode_iterations.unwrap_or(args.iterations),
     };
-    let mut last = String::new();
-    let mut progress = |tokens: usize, phase: &str, _done: usize, _total: usize| {
-        let now = format!("{tokens} tokens: {phase}");
-        if now != last {
-            eprintln!("bench-decide: {now}");
-            last = now;
+    let (mut length, mut phase) = (0, String::new());
+    let mut progress = |tokens: usize, now: &str, _done: usize, _total: usize| {
+        if tokens != length {
+            log.step(&format!("{tokens} tokens"));
+            length = tokens;
+        }
+        if now != phase {
+            log.note(&format!("{tokens} tokens: {now}"));
+            phase = now.to_string();
         }
         true
     };
     let results = bench::run(&router, &prompts, &protocol, args.router.mode.as_deref(), &mut progress)?;
     let prefix = if args.prefix_protocol {
-        eprintln!("bench-decide: prefix-reuse protocol");
+        log.note("prefix-reuse protocol");
         let inputs = bench::prefix::PrefixInputs::from_texts(&router, &texts, args.prefix_tokens, args.iterations)?;
         let budget = router::CacheBudget { max_tokens: args.cache_tokens, max_bytes: args.cache_mib << 20 };
         Some(bench::prefix::run(&router, &inputs, budget)?)
@@ -155,7 +176,7 @@ fn run(args: Args) -> Result<()> {
         None
     };
     let truncation = if args.truncation_study {
-        eprintln!("bench-decide: truncation study (step {})", args.truncation_step);
+        log.note(&format!("truncation study (step {})", args.truncation_step));
         let inputs = bench::prefix::PrefixInputs::from_texts(&router, &texts, args.prefix_tokens, args.iterations)?;
         Some(
             bench::truncation::run(&mut router, &inputs, &texts, args.truncation_step, args.truncation_turns)
@@ -183,6 +204,11 @@ fn run(args: Args) -> Result<()> {
         serve: None,
     };
     bench_cli::write_report(&args.out, &report)?;
+    drop(log);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
     println!("{}\n\n{}\n{}\n", report.table(), report.conditions(), report.boundaries());
     println!("Where a warm decide's prefill goes (median per part):");
     for result in &report.results {
@@ -202,4 +228,31 @@ fn run(args: Args) -> Result<()> {
     }
     println!("wrote {}", args.out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn every_flag_is_documented() {
+        bench_cli::cli::assert_documented(&Args::command());
+    }
+
+    #[test]
+    fn modes_that_exclude_each_other_are_refused_by_the_parser() {
+        let parse = |flags: &[&str]| Args::try_parse_from([&["bench-decide"], flags].concat());
+        for flags in [&["--quality", "--serve"][..], &["--quality", "--prefix-protocol"], &["--serve", "--truncation-study"]] {
+            let err = parse(flags).unwrap_err();
+            assert_eq!((err.kind(), err.exit_code()), (clap::error::ErrorKind::ArgumentConflict, 2), "{flags:?}");
+        }
+        for flags in [&["--device", "gpu"][..], &["--precision", "f16"], &["--policy", "lifo"]] {
+            let err = parse(flags).unwrap_err();
+            assert_eq!((err.kind(), err.exit_code()), (clap::error::ErrorKind::InvalidValue, 2), "{flags:?}");
+        }
+        let err = parse(&["--chunk", "0"]).unwrap_err();
+        assert_eq!((err.kind(), err.exit_code()), (clap::error::ErrorKind::ValueValidation, 2));
+        assert!(parse(&["--serve", "--chunk", "whole,256", "--policy", "fcfs,shortest-first"]).is_ok());
+    }
 }

@@ -5,9 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use bench::quality::{self, route, CvSettings, Dataset, Family, QualityStudy, SeedOutcome, Subset};
 use bench::report::{Provenance, Report};
+use bench_cli::cli::{usage, Progress};
 use bench_cli::{read, Loaded, RouterFlags};
 use router::{Router, TruncationSide};
 
@@ -49,16 +50,9 @@ fn cross_validate(
     })
 }
 
-fn route_logged(router: &mut Router, data: &Dataset, label: &str) -> Result<route::Routed> {
+fn route_logged(router: &mut Router, data: &Dataset, log: &mut Progress) -> Result<route::Routed> {
     let tasks: Vec<&quality::Task> = data.tasks.iter().collect();
-    let mut last = usize::MAX;
-    let routed = route::route_all(router, &tasks, &mut |done, total| {
-        if done * 10 / total.max(1) != last {
-            last = done * 10 / total.max(1);
-            eprintln!("bench-decide --quality: {label}: {done}/{total} tasks routed");
-        }
-    })?;
-    Ok(routed)
+    Ok(route::route_all(router, &tasks, &mut |done, total| log.within(done, total, "tasks routed"))?)
 }
 
 /// The candidate `decide` (similarity scoring) ranked first for each task in `mode`.
@@ -90,7 +84,14 @@ fn truncation_point(
     quality::TruncationPoint { max_tokens, side, tokens_used_mean: routed.tokens_used_mean(), decide: routed.decide(), rows }
 }
 
-pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
+pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Output) -> Result<()> {
+    // The flags are checked before anything is loaded.
+    if q.limit.is_some_and(|limit| limit < 20) {
+        return Err(usage(format!("--limit {}: cross-validation needs at least 20 tasks", q.limit.unwrap_or(0))));
+    }
+    if q.seeds == 0 {
+        return Err(usage("--seeds 0: give at least one seed"));
+    }
     let started_unix_ms = bench_cli::unix_ms_now();
     let Loaded { mut router, checkpoint_file } = flags.load()?;
     let models: Vec<&str> = router.pool.candidates.iter().map(|c| c.id.as_str()).collect();
@@ -100,25 +101,26 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
     let (tasks_text, results_text) = (text(&q.tasks, "--tasks")?, text(&q.results, "--results")?);
     let mut data = Dataset::parse(&tasks_text, &q.tasks.display().to_string(), &results_text, &q.results.display().to_string(), &models)?;
     if let Some(limit) = q.limit {
-        if limit < 20 {
-            bail!("--limit {limit}: cross-validation needs at least 20 tasks");
-        }
         data = data.restricted(&(0..limit.min(data.tasks.len())).collect::<Vec<_>>());
-    }
-    if q.seeds == 0 {
-        bail!("--seeds 0: give at least one seed");
     }
     let settings = CvSettings { seeds: (0..q.seeds).collect(), ..CvSettings::default() };
     let main_setting = (router.config.max_tokens, router.config.truncation);
 
-    eprintln!("bench-decide --quality: {} tasks × {} models; routing each through decide", data.tasks.len(), models.len());
-    let routed = route_logged(&mut router, &data, "main setting")?;
+    let mut sweep: Vec<(usize, TruncationSide)> =
+        q.truncation_sweep.iter().flat_map(|&l| [(l, TruncationSide::Left), (l, TruncationSide::KeepStart)]).collect();
+    sweep.dedup();
+    // One step per routing pass and its cross-validations, the main setting's first; equal weights.
+    let passes = 1 + sweep.iter().filter(|s| **s != main_setting).count();
+    let mut log = Progress::new("bench-decide --quality", vec![1.0; passes], output.quiet);
+    log.note(&format!("{} tasks × {} models; routing each through decide", data.tasks.len(), models.len()));
+    log.step("main setting: routing every task");
+    let routed = route_logged(&mut router, &data, &mut log)?;
     let (mean, last) = routed.pooled();
     let texts: Vec<&str> = data.tasks.iter().map(|t| t.prompt.as_str()).collect();
 
-    eprintln!("bench-decide --quality: nested cross-validation of the head ({} seeds × {} folds)", settings.seeds.len(), settings.folds);
+    log.note(&format!("nested cross-validation of the head ({} seeds × {} folds)", settings.seeds.len(), settings.folds));
     let head_cv = cross_validate(&data, &|train: &[usize]| route::hidden_kernels(&mean, &last, train), &settings);
-    eprintln!("bench-decide --quality: nested cross-validation of TF-IDF + logistic regression");
+    log.note("nested cross-validation of TF-IDF + logistic regression");
     let tfidf_cv =
         cross_validate(&data, &|train: &[usize]| vec![("tfidf".to_string(), quality::learn::tfidf_kernel(&texts, train))], &settings);
 
@@ -190,9 +192,6 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
 
     // The truncation trade-off: every other setting routed anew.
     let mut truncation = Vec::new();
-    let mut sweep: Vec<(usize, TruncationSide)> =
-        q.truncation_sweep.iter().flat_map(|&l| [(l, TruncationSide::Left), (l, TruncationSide::KeepStart)]).collect();
-    sweep.dedup();
     let default_mode = router.pool.default_mode.clone();
     for setting in sweep {
         if setting == main_setting {
@@ -202,7 +201,8 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
         }
         let (max_tokens, side) = setting;
         router.retruncate(max_tokens, side).with_context(|| format!("--truncation-sweep {max_tokens}"))?;
-        let here = route_logged(&mut router, &data, &format!("{max_tokens} tokens, {}", side.name()))?;
+        log.step(&format!("{max_tokens} tokens, {}: routing every task", side.name()));
+        let here = route_logged(&mut router, &data, &mut log)?;
         let (mean_here, last_here) = here.pooled();
         let cv = cross_validate(&data, &|train: &[usize]| route::hidden_kernels(&mean_here, &last_here, train), &settings);
         truncation.push(truncation_point(&data, &here, &cv, setting, &default_mode));
@@ -238,6 +238,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
     );
     report.set_quality(&study);
     bench_cli::write_report(out, &report)?;
+    drop(log);
     // Printed from the report as written, so what is shown is what was stored.
     let study = report.quality().expect("set above").map_err(anyhow::Error::msg)?;
     let study = &study;
@@ -248,6 +249,10 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path) -> Result<()> {
     };
     let curves = figure("cost-quality.svg", study.cost_quality_svg())?;
     let trade_off = if study.truncation.is_empty() { None } else { Some(figure("truncation.svg", study.truncation_svg())?) };
+    if output.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
     println!("{}", study.table());
     for verdict in study.verdicts() {
         println!("- {verdict}");

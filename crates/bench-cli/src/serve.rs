@@ -6,10 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use bench::report::{Provenance, Report};
 use bench::serve::engine::{user_turn, RouterEngine};
 use bench::serve::{self, Policy, ServeRun, ServeSettings, ServeStudy, Step};
+use bench_cli::cli::{usage, ChunkArg, PolicyArg, Progress};
 use bench_cli::{read, Loaded, RouterFlags};
 use web_time::Instant;
 
@@ -27,14 +28,15 @@ pub struct ServeFlags {
     /// Seconds after the last arrival before the run stops (default: the timeout).
     #[arg(long)]
     drain: Option<f64>,
+    /// Seed of the Poisson arrivals (the same seed, the same arrival times).
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Prefill chunks in tokens (`whole`: one prefill), for the runs at --rate: the first; at --chunk-rates: each.
-    #[arg(long, value_delimiter = ',', default_value = "whole")]
-    chunk: Vec<String>,
-    /// Scheduling between requests and chunks: fcfs or shortest_first (the runs at --chunk-rates try each).
-    #[arg(long, value_delimiter = ',', default_value = "fcfs")]
-    policy: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "whole", value_parser = ChunkArg::parse)]
+    chunk: Vec<ChunkArg>,
+    /// Scheduling between requests and chunks (the runs at --chunk-rates try each).
+    #[arg(long, value_delimiter = ',', value_enum, default_value = "fcfs")]
+    policy: Vec<PolicyArg>,
     /// Also run every --chunk × --policy at these rates: the chunking trade-off.
     #[arg(long, value_delimiter = ',')]
     chunk_rates: Vec<f64>,
@@ -63,22 +65,12 @@ pub struct ServeFlags {
     render: bool,
 }
 
-fn chunk(text: &str) -> Result<Option<usize>> {
-    match text.trim() {
-        "whole" | "none" => Ok(None),
-        n => match n.parse::<usize>() {
-            Ok(c) if c > 0 => Ok(Some(c)),
-            _ => bail!("--chunk {text}: give a number of tokens above 0, or `whole`"),
-        },
-    }
-}
-
 /// The runs the flags ask for, in order, each named.
 fn plan(flags: &ServeFlags) -> Result<Vec<ServeSettings>> {
-    let chunks = flags.chunk.iter().map(|c| chunk(c)).collect::<Result<Vec<_>>>()?;
-    let policies = flags.policy.iter().map(|p| Policy::parse(p)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let chunks: Vec<Option<usize>> = flags.chunk.iter().map(|c| c.tokens()).collect();
+    let policies: Vec<Policy> = flags.policy.iter().map(|&p| p.into()).collect();
     if chunks.is_empty() || policies.is_empty() || flags.rate.is_empty() {
-        bail!("--rate, --chunk and --policy each need a value");
+        return Err(usage("--rate, --chunk and --policy each need a value"));
     }
     let base = ServeSettings {
         duration_s: flags.duration,
@@ -107,12 +99,12 @@ fn plan(flags: &ServeFlags) -> Result<Vec<ServeSettings>> {
         }
     }
     for s in &runs {
-        s.check().map_err(|e| anyhow::anyhow!("--{e}"))?;
+        s.check().map_err(|e| usage(format!("--{e}")))?;
     }
     Ok(runs)
 }
 
-pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
+pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path, output: crate::Output) -> Result<()> {
     if s.render {
         let text = String::from_utf8(read(out, "--out")?).context("--out: not UTF-8")?;
         let mut report: Report = serde_json::from_str(&text).with_context(|| format!("--out {}: not a report", out.display()))?;
@@ -121,8 +113,10 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
         study.runs = study.runs.iter().map(ServeRun::derived_again).collect();
         report.set_serve(&study);
         bench_cli::write_report(out, &report)?;
-        present(&report, out)?;
-        println!("derived again from the records: {}", out.display());
+        present(&report, out, output)?;
+        if !output.json {
+            println!("derived again from the records: {}", out.display());
+        }
         return Ok(());
     }
     let started_unix_ms = bench_cli::unix_ms_now();
@@ -140,11 +134,13 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
         None => (named, None, "poisson".to_string()),
     };
 
+    // One step per run, weighted by its longest possible time: arrivals, then the drain.
+    let mut log = Progress::new("bench-decide --serve", plan.iter().map(|p| p.duration_s + p.drain_s).collect(), output.quiet);
     let Loaded { router, checkpoint_file } = flags.load()?;
-    eprintln!("bench-decide --serve: measuring {} prompts' kept lengths", named.len());
+    log.note(&format!("measuring {} prompts' kept lengths", named.len()));
     let (mut engine, prompts) = RouterEngine::new(&router, named, flags.mode.clone()).map_err(anyhow::Error::msg)?;
     let unloaded_heaviest_ms = engine.warm_up(&prompts).map_err(anyhow::Error::msg)?;
-    eprintln!("bench-decide --serve: one decide of the heaviest prompt, nothing queued: {unloaded_heaviest_ms:.0} ms");
+    log.note(&format!("one decide of the heaviest prompt, nothing queued: {unloaded_heaviest_ms:.0} ms"));
 
     let mut runs: Vec<ServeRun> = Vec::new();
     for mut settings in plan {
@@ -156,7 +152,7 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
             None => serve::poisson_trace(settings.rate_per_s, settings.duration_s, settings.seed, prompts.len()),
         };
         let label = serve::run_label(&settings);
-        eprintln!("bench-decide --serve: {label}: {} arrivals over {} s", arrivals.len(), settings.duration_s);
+        log.step(&format!("{label}: {} arrivals over {} s", arrivals.len(), settings.duration_s));
         let mut server = serve::Server::new(settings, prompts.clone(), arrivals).map_err(anyhow::Error::msg)?;
         let start = Instant::now();
         let mut clock = || start.elapsed().as_secs_f64() * 1000.0;
@@ -173,7 +169,9 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
             }
         }
         let run = server.finish(label);
-        println!("{}", run.summary_line());
+        if !output.json {
+            println!("{}", run.summary_line());
+        }
         runs.push(run);
     }
 
@@ -194,19 +192,26 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path) -> Result<()> {
     );
     report.set_serve(&study);
     bench_cli::write_report(out, &report)?;
+    drop(log);
     // Printed from the report as written, so what is shown is what was stored.
-    present(&report, out)?;
-    println!("wrote {}", out.display());
+    present(&report, out, output)?;
+    if !output.json {
+        println!("wrote {}", out.display());
+    }
     Ok(())
 }
 
 /// Prints a serving report's table and verdicts and writes its figures
 /// beside `out`.
-fn present(report: &Report, out: &Path) -> Result<()> {
+fn present(report: &Report, out: &Path, output: crate::Output) -> Result<()> {
     let study = report.serve().with_context(|| format!("{}: no serve section", out.display()))?.map_err(anyhow::Error::msg)?;
-    println!("\n{}", study.table());
-    for verdict in study.verdicts() {
-        println!("- {verdict}");
+    if output.json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        println!("\n{}", study.table());
+        for verdict in study.verdicts() {
+            println!("- {verdict}");
+        }
     }
     let figure = |suffix: &str, svg: String| -> Result<PathBuf> {
         let path = out.with_extension(suffix);
@@ -220,6 +225,8 @@ fn present(report: &Report, out: &Path) -> Result<()> {
     if let Some(run) = study.runs.last() {
         figures.push(figure("timeline.svg", serve::plot::timeline_svg(run))?);
     }
-    println!("figures: {}", figures.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    if !output.json {
+        println!("figures: {}", figures.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    }
     Ok(())
 }

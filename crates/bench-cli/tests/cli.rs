@@ -77,17 +77,19 @@ fn bad_inputs_fail_with_a_message_naming_the_file() {
     std::fs::write(&garbage, b"GGUF\x03\x00\x00\x00 this is not a checkpoint").unwrap();
     let pool = tmp("pool.yaml");
     std::fs::write(&pool, "name: [unclosed\n").unwrap();
-    let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--checkpoint", "/nonexistent/model.gguf"], "--checkpoint /nonexistent/model.gguf"),
-        (vec!["--checkpoint", garbage.to_str().unwrap()], "garbage.gguf: not a valid GGUF checkpoint: declares"),
-        (vec!["--pool", pool.to_str().unwrap()], "pool.yaml: pool:"),
-        (vec!["--device", "cuda"], "--device cuda: only `cpu`"),
-        (vec!["--lengths", "0"], "--lengths"),
-        (vec!["--precision", "int2"], "--precision int2"),
+    // Exit code 2: the command line is wrong; 1: something failed while running.
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["--checkpoint", "/nonexistent/model.gguf"], 1, "--checkpoint /nonexistent/model.gguf"),
+        (vec!["--checkpoint", garbage.to_str().unwrap()], 1, "garbage.gguf: not a valid GGUF checkpoint: declares"),
+        (vec!["--pool", pool.to_str().unwrap()], 1, "pool.yaml: pool:"),
+        (vec!["--device", "cuda"], 2, "invalid value 'cuda' for '--device <DEVICE>'"),
+        (vec!["--lengths", "0"], 2, "--lengths"),
+        (vec!["--precision", "int2"], 2, "invalid value 'int2' for '--precision <PRECISION>'"),
+        (vec!["--quality", "--serve"], 2, "cannot be used with"),
     ];
-    for (args, want) in cases {
+    for (args, want_code, want) in cases {
         let (code, _, stderr) = bench_decide(&args, &[]);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert_eq!(code, want_code, "{args:?}: {stderr}");
         assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
@@ -160,16 +162,16 @@ fn quality_refuses_bad_data_with_the_file_and_line() {
     std::fs::write(&tasks, "{\"task_id\": \"a\", \"source_split\": \"new64\", \"bench\": \"x\", \"prompt\": \"p\"}\nnot json\n").unwrap();
     let results = tmp("results.csv");
     std::fs::write(&results, "task_id,model,resolved,in_tok,out_tok,cost_usd\n").unwrap();
-    let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--tasks", "/nonexistent/tasks.jsonl"], "--tasks /nonexistent/tasks.jsonl"),
-        (vec!["--tasks", tasks.to_str().unwrap()], "tasks.jsonl, line 2:"),
-        (vec!["--limit", "5"], "--limit 5: cross-validation needs at least 20 tasks"),
-        (vec!["--seeds", "0"], "--seeds 0"),
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["--tasks", "/nonexistent/tasks.jsonl"], 1, "--tasks /nonexistent/tasks.jsonl"),
+        (vec!["--tasks", tasks.to_str().unwrap()], 1, "tasks.jsonl, line 2:"),
+        (vec!["--limit", "5"], 2, "--limit 5: cross-validation needs at least 20 tasks"),
+        (vec!["--seeds", "0"], 2, "--seeds 0"),
     ];
-    for (mut args, want) in cases {
+    for (mut args, want_code, want) in cases {
         args.insert(0, "--quality");
         let (code, _, stderr) = bench_decide(&args, &[]);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert_eq!(code, want_code, "{args:?}: {stderr}");
         assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
@@ -242,13 +244,13 @@ fn serve_replays_a_trace_and_keeps_every_request() {
     assert_eq!(table(&rendered), table(&stdout), "{rendered}");
     assert!(out.with_extension("timeline.svg").exists());
     let (code, _, stderr) = bench_decide(&["--serve", "--render", "--out", tasks.to_str().unwrap()], &[]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 1);
     assert!(stderr.contains("not a report"), "{stderr}");
 
-    // Bad flags and traces are named.
+    // Bad flags (exit code 2) and traces (1) are named.
     let (code, _, stderr) = bench_decide(&["--serve", "--chunk", "0", "--out", out.to_str().unwrap()], &[]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("--chunk 0"), "{stderr}");
+    assert!(stderr.contains("invalid value '0' for '--chunk <CHUNK>'"), "{stderr}");
     let (code, _, stderr) = bench_decide(&["--serve", "--rate", "0", "--out", out.to_str().unwrap()], &[]);
     assert_eq!(code, 2);
     assert!(stderr.contains("rate: must be"), "{stderr}");
@@ -257,6 +259,6 @@ fn serve_replays_a_trace_and_keeps_every_request() {
         &["--serve", "--trace", trace.to_str().unwrap(), "--serve-tasks", tasks.to_str().unwrap(), "--out", out.to_str().unwrap()],
         &[],
     );
-    assert_eq!(code, 2);
+    assert_eq!(code, 1);
     assert!(stderr.contains("trace line 1: task `zzz` is not in the task file"), "{stderr}");
 }

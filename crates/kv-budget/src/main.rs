@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Parser;
 use kv::{units, Form};
 use serde::Serialize;
@@ -59,14 +59,28 @@ struct Output<'a> {
     report: &'a kv::Report,
 }
 
+/// Exit code 2 when the command line is wrong (clap's own parse errors and
+/// [`usage`] errors: an invalid field, an unknown preset), 1 when something
+/// failed while running (a file that cannot be read or imported).
 fn main() -> ExitCode {
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("kv-budget: {e:#}");
-            ExitCode::from(2)
-        }
+        Err(e) => match e.downcast_ref::<clap::Error>() {
+            Some(usage) => {
+                eprint!("kv-budget: {}", usage.render());
+                ExitCode::from(2)
+            }
+            None => {
+                eprintln!("kv-budget: {e:#}");
+                ExitCode::from(1)
+            }
+        },
     }
+}
+
+/// A usage error found after parsing, reported like clap's own.
+fn usage(message: impl std::fmt::Display) -> anyhow::Error {
+    clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{message}\n")).into()
 }
 
 fn run(args: Args) -> Result<()> {
@@ -81,7 +95,7 @@ fn run(args: Args) -> Result<()> {
         eprintln!("kv-budget: warning: {w}");
     }
     if let Some(id) = &args.preset {
-        let preset = kv::presets::find(id).with_context(|| format!("--preset: no preset `{id}` (see --list-presets)"))?;
+        let preset = kv::presets::find(id).ok_or_else(|| usage(format!("--preset: no preset `{id}` (see --list-presets)")))?;
         form.apply(&preset.patch());
     }
     let mut notes = Vec::new();
@@ -98,13 +112,11 @@ fn run(args: Args) -> Result<()> {
         form.set("kv_dtype", d);
     }
     for pair in &args.set {
-        let Some((name, value)) = pair.split_once('=') else { bail!("--set `{pair}`: expected NAME=VALUE") };
-        let Some(field) = kv::form::field(name) else { bail!("--set: unknown field `{name}`") };
+        let Some((name, value)) = pair.split_once('=') else { return Err(usage(format!("--set `{pair}`: expected NAME=VALUE"))) };
+        let Some(field) = kv::form::field(name) else { return Err(usage(format!("--set: unknown field `{name}`"))) };
         form.set(field.name, value);
     }
-    let inputs = form
-        .validate()
-        .map_err(|errors| anyhow::anyhow!(errors.iter().map(|e| format!("invalid {}", e)).collect::<Vec<_>>().join("; ")))?;
+    let inputs = form.validate().map_err(|errors| usage(errors.iter().map(|e| format!("invalid {}", e)).collect::<Vec<_>>().join("; ")))?;
     let report = kv::compute(&inputs)?;
     if args.json {
         let out = Output {
@@ -157,5 +169,19 @@ fn print_text(r: &kv::Report, notes: &[String]) {
             units::group_digits(b.max_retained_tokens),
             units::group_digits(b.max_sequences)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_is_documented() {
+        let command = super::Args::command();
+        command.clone().debug_assert();
+        for arg in command.get_arguments().filter(|a| !["help", "version"].contains(&a.get_id().as_str())) {
+            assert!(arg.get_help().is_some(), "--{} has no help text", arg.get_id());
+        }
     }
 }

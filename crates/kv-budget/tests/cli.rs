@@ -39,13 +39,19 @@ fn config_import_as_json() {
 
 #[test]
 fn bad_input_names_the_field_and_fails() {
+    // Exit code 2: the command line is wrong; 1: something failed while running.
     let (code, _, err) = kv_budget(&["--query", "layers=32&kv_heads=0&seqs=8192x4", "--json"]);
-    assert_ne!(code, 0);
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains("kv_heads"), "{err}");
     let (code, _, err) = kv_budget(&["--config", "/nonexistent/config.json"]);
-    assert_ne!(code, 0);
+    assert_eq!(code, 1, "{err}");
     assert!(err.contains("--config"), "{err}");
     let (code, _, err) = kv_budget(&["--query", "seqs=8192x4", "--kv-dtype", "fp7"]);
-    assert_ne!(code, 0);
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains("kv_dtype"), "{err}");
+    let (code, _, err) = kv_budget(&["--preset", "no-such-model"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no preset `no-such-model`"), "{err}");
+    let (code, _, err) = kv_budget(&["--jsn"]);
+    assert_eq!(code, 2, "{err}");
 }

@@ -21,39 +21,48 @@
 
 use std::process::ExitCode;
 
+use bench_cli::cli::usage;
 use clap::Parser;
 
 /// Times `[m × k]` by a `[n × k]` weight through the backbone's `Linear`.
 #[derive(Parser, Debug)]
 #[command(name = "gemm-probe", version)]
 struct Args {
+    /// Rows of the activations (tokens; with --attention, the sequence length).
     #[arg(long, default_value_t = 1024)]
     m: usize,
+    /// The shared dimension (the model's width).
     #[arg(long, default_value_t = 576)]
     k: usize,
+    /// Rows of the weight (the projection's outputs).
     #[arg(long, default_value_t = 1536)]
     n: usize,
+    /// Timed repeats; the best is reported.
     #[arg(long, default_value_t = 5)]
     repeats: usize,
-    /// `f32` or `int8` (the integer kernels), as bench-decide spells it.
-    #[arg(long, default_value = "f32")]
-    precision: String,
+    /// The matmul to time, as bench-decide spells it.
+    #[arg(long, value_enum, default_value_t = bench_cli::cli::PrecisionArg::F32)]
+    precision: bench_cli::cli::PrecisionArg,
     /// Time every integer kernel this CPU runs instead of one precision's matmul.
     #[arg(long, conflicts_with_all = ["attention", "precision"])]
     kernels: bool,
     /// Time causal attention of `m` tokens instead of the matmul.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "precision")]
     attention: bool,
-    #[arg(long, default_value_t = 9)]
+    /// Query heads, for --attention.
+    #[arg(long, default_value_t = 9, requires = "attention")]
     heads: usize,
-    #[arg(long, default_value_t = 3)]
+    /// Key/value heads, for --attention (a divisor of --heads).
+    #[arg(long, default_value_t = 3, requires = "attention")]
     kv_heads: usize,
-    #[arg(long, default_value_t = 64)]
+    /// Dimensions per head, for --attention.
+    #[arg(long, default_value_t = 64, requires = "attention")]
     head_dim: usize,
     /// A GGUF whose prefill FLOPs to print.
     #[arg(long)]
     checkpoint: Option<std::path::PathBuf>,
-    #[arg(long, default_value = "15,256,1024", value_delimiter = ',')]
+    /// Prompt lengths in tokens whose prefill FLOPs to print, with --checkpoint.
+    #[arg(long, default_value = "15,256,1024", value_delimiter = ',', requires = "checkpoint")]
     lengths: Vec<usize>,
 }
 
@@ -62,12 +71,16 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    if args.m == 0 || args.k == 0 || args.n == 0 || args.repeats == 0 {
+        return Err(usage("--m, --k, --n and --repeats must be positive"));
+    }
     let mut out = if args.attention {
-        anyhow::ensure!(
-            args.heads > 0 && args.kv_heads > 0 && args.heads.is_multiple_of(args.kv_heads),
-            "--heads must be a positive multiple of --kv-heads"
-        );
-        anyhow::ensure!(args.m > 0 && args.head_dim > 0, "--m (tokens) and --head-dim must be positive");
+        if !(args.heads > 0 && args.kv_heads > 0 && args.heads.is_multiple_of(args.kv_heads)) {
+            return Err(usage("--heads must be a positive multiple of --kv-heads"));
+        }
+        if args.head_dim == 0 {
+            return Err(usage("--head-dim must be positive"));
+        }
         let shape = router::attention::Shape {
             heads: args.heads,
             kv_heads: args.kv_heads,
@@ -80,7 +93,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     } else if args.kernels {
         serde_json::json!({ "kernels": router::model::integer_kernel_probes(args.m, args.k, args.n, args.repeats)? })
     } else {
-        let probe = router::model::gemm_probe(args.m, args.k, args.n, args.repeats, bench_cli::precision(&args.precision)?)?;
+        let probe = router::model::gemm_probe(args.m, args.k, args.n, args.repeats, args.precision.into())?;
         serde_json::json!({ "probe": probe })
     };
     if let Some(path) = &args.checkpoint {
@@ -94,4 +107,14 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     println!("{out}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_is_documented() {
+        bench_cli::cli::assert_documented(&super::Args::command());
+    }
 }

@@ -44,3 +44,13 @@ fn run(args: Args) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(&decisions)?);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_is_documented() {
+        bench_cli::cli::assert_documented(&super::Args::command());
+    }
+}
