@@ -1,15 +1,30 @@
-//! A fork–join pool of helper threads, one source for native and wasm32.
+//! Fork–join parallelism for the prefill: `for_each(tasks, work)` runs
+//! `work(i)` for every `i` and returns when all are done.
 //!
-//! The prefill's matmuls and attention heads split into independent tasks
-//! (column panels, heads). `for_each(tasks, work)` runs `work(i)` for every
-//! `i` on the calling thread plus whichever helpers are attached, and returns
-//! when all are done. Helpers are plain threads that call [`serve`] and never
-//! return: natively `std::thread::spawn` starts them; in the browser the
-//! router worker starts Web Workers that share its wasm memory (the threads
-//! build, `+atomics`) and each calls the exported entry point that calls
-//! [`serve`]. Without helpers (the single-thread wasm build, or before the
-//! Web Workers have started) the caller runs every task itself, so nothing
-//! waits for a helper that never comes.
+//! Natively the tasks run on rayon's global pool, the pool `gemm` already
+//! runs the f32 projections on, so a native process has one set of worker
+//! threads. Rayon replaced this module's own pool natively after an
+//! alternated A/B (`bench-decide --lengths 15,1024 --iterations 10
+//! --warmup 2`, order ABBA twice, 2-vCPU Xeon, 2026-12-05, nothing else
+//! running): warm p50 rayon ÷ own pool, medians of four runs each, int8
+//! 0.97× and 0.99× at 1,024 tokens (two sweeps), 0.98× and 0.82× at 15;
+//! f32 1.01× at 1,024 (pairs 0.99–1.04), 0.98× at 15. No worse, so one
+//! pool.
+//!
+//! In the browser there is no rayon of our own: the threads build is
+//! wasm-bindgen's `no-modules` output, started with `importScripts` by
+//! `router_worker_loader.js`, and its helpers by `router_helper.js`.
+//! wasm-bindgen-rayon needs wasm-bindgen's `--target web` output instead:
+//! the router worker and its helpers as module workers (`type: "module"`,
+//! the helpers' script found through `import.meta.url`), and
+//! `initThreadPool(n)` awaited in the worker before its first job. That is a
+//! change of the worker's build and start-up for no measured gain (rayon
+//! only matched our pool natively), so the threads build keeps this module's
+//! own helpers: Web Workers that share the wasm memory (`+atomics`) and call
+//! [`serve`], which never returns. Without helpers (the single-thread build,
+//! or before the Web Workers have started) the caller runs every task itself,
+//! so nothing waits for a helper that never comes. The helper pool is
+//! compiled natively too, so its tests run with `cargo test`.
 //!
 //! Splitting never changes arithmetic: a task's result does not depend on
 //! which thread ran it, so one thread and many give identical bits.
@@ -69,7 +84,8 @@ fn pool() -> &'static Pool {
     POOL.get_or_init(|| {
         #[cfg(not(target_arch = "wasm32"))]
         {
-            // Natively the helpers are ours to start: one per extra core.
+            // Natively (only the helper pool's own tests use it there) the
+            // helpers are ours to start: one per extra core.
             let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
             for _ in 1..cores {
                 let spawned = std::thread::Builder::new().name("router-pool".into()).spawn(serve);
@@ -82,8 +98,18 @@ fn pool() -> &'static Pool {
     })
 }
 
-/// Threads that run tasks: the caller plus the attached helpers.
+/// Threads that run tasks: natively rayon's; in the browser the caller
+/// plus the attached helpers.
 pub fn threads() -> usize {
+    #[cfg(not(target_arch = "wasm32"))]
+    return rayon::current_num_threads();
+    #[cfg(target_arch = "wasm32")]
+    return helper_threads();
+}
+
+/// The caller plus the helpers attached to this module's own pool.
+#[cfg_attr(not(any(target_arch = "wasm32", test)), allow(dead_code))]
+fn helper_threads() -> usize {
     1 + lock(&pool().state).helpers
 }
 
@@ -161,6 +187,22 @@ impl Drop for Withdraw<'_> {
 /// Runs `work(i)` for every `i in 0..tasks`, spread over the pool's threads,
 /// and returns when all have finished. A panic in a task reaches the caller.
 pub fn for_each(tasks: usize, work: impl Fn(usize) + Sync) {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        match tasks {
+            0 => {}
+            1 => work(0),
+            _ => (0..tasks).into_par_iter().for_each(&work),
+        }
+    }
+    #[cfg(target_arch = "wasm32")]
+    helper_for_each(tasks, work);
+}
+
+/// [`for_each`] on this module's own helpers: the browser's threads build.
+#[cfg_attr(not(any(target_arch = "wasm32", test)), allow(dead_code))]
+fn helper_for_each(tasks: usize, work: impl Fn(usize) + Sync) {
     if tasks == 0 {
         return;
     }
@@ -308,49 +350,60 @@ mod chunk_tests {
 mod tests {
     use super::*;
 
+    /// Both ways of running tasks natively: rayon (what `for_each` runs
+    /// here) and the helper pool (what the browser's threads build runs).
+    type Runner = fn(usize, &(dyn Fn(usize) + Sync));
+    const RUNNERS: [(&str, Runner); 2] = [("for_each (rayon)", |n, w| for_each(n, w)), ("helper pool", |n, w| helper_for_each(n, w))];
+
     #[test]
     fn every_task_runs_once_and_jobs_can_follow_each_other() {
-        for tasks in [0, 1, 2, 7, 100] {
-            let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
-            for _ in 0..50 {
-                for_each(tasks, |i| {
-                    hits[i].fetch_add(1, Ordering::Relaxed);
-                });
+        for (name, run) in RUNNERS {
+            for tasks in [0, 1, 2, 7, 100] {
+                let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+                for _ in 0..50 {
+                    run(tasks, &|i| {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50), "{name}");
             }
-            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
         }
-        assert!(threads() >= 1);
+        assert!(threads() >= 1 && helper_threads() >= 1);
     }
 
     #[test]
     fn a_task_may_run_a_nested_job_and_a_panicking_task_reaches_the_caller() {
-        let sum = AtomicUsize::new(0);
-        for_each(4, |_| for_each(5, |j| _ = sum.fetch_add(j, Ordering::Relaxed)));
-        assert_eq!(sum.load(Ordering::Relaxed), 4 * 10);
-        for _ in 0..20 {
-            let caught = std::panic::catch_unwind(|| for_each(16, |i| assert!(i != 11, "task 11 fails")));
-            assert!(caught.is_err());
+        for (name, run) in RUNNERS {
+            let sum = AtomicUsize::new(0);
+            run(4, &|_| run(5, &|j| _ = sum.fetch_add(j, Ordering::Relaxed)));
+            assert_eq!(sum.load(Ordering::Relaxed), 4 * 10, "{name}");
+            for _ in 0..20 {
+                let caught = std::panic::catch_unwind(|| run(16, &|i| assert!(i != 11, "task 11 fails")));
+                assert!(caught.is_err(), "{name}");
+            }
+            // The pool still works afterwards.
+            let count = AtomicUsize::new(0);
+            run(64, &|_| _ = count.fetch_add(1, Ordering::Relaxed));
+            assert_eq!(count.load(Ordering::Relaxed), 64, "{name}");
         }
-        // The pool still works afterwards.
-        let count = AtomicUsize::new(0);
-        for_each(64, |_| _ = count.fetch_add(1, Ordering::Relaxed));
-        assert_eq!(count.load(Ordering::Relaxed), 64);
     }
 
     #[test]
     fn callers_on_several_threads_do_not_mix_their_jobs() {
-        std::thread::scope(|s| {
-            for t in 0..3 {
-                s.spawn(move || {
-                    for _ in 0..20 {
-                        let sum = AtomicUsize::new(0);
-                        for_each(10, |i| {
-                            sum.fetch_add(i + t, Ordering::Relaxed);
-                        });
-                        assert_eq!(sum.load(Ordering::Relaxed), 45 + 10 * t);
-                    }
-                });
-            }
-        });
+        for (name, run) in RUNNERS {
+            std::thread::scope(|s| {
+                for t in 0..3 {
+                    s.spawn(move || {
+                        for _ in 0..20 {
+                            let sum = AtomicUsize::new(0);
+                            run(10, &|i| {
+                                sum.fetch_add(i + t, Ordering::Relaxed);
+                            });
+                            assert_eq!(sum.load(Ordering::Relaxed), 45 + 10 * t, "{name}");
+                        }
+                    });
+                }
+            });
+        }
     }
 }
