@@ -248,32 +248,32 @@ mod tests {
         }
     }
 
-    /// Any text in any field survives the round trip (a deterministic
-    /// pseudo-random sweep over awkward characters).
-    #[test]
-    fn round_trips_any_text() {
-        let alphabet: Vec<char> = "a Z0&=#%+?/,:*~\n\t\"'<>éß中😀|^".chars().collect();
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
-        for _ in 0..2000 {
-            let mut text = || (0..next(12)).map(|_| alphabet[next(alphabet.len())]).collect::<String>();
-            let form = RouterForm {
-                mode: text(),
-                system: text(),
-                user: text(),
-                iterations: text(),
-                warmup: text(),
-                lengths: text(),
-                precision: text(),
-                result: None,
-            };
-            assert_eq!(RouterForm::from_fragment(&form.to_fragment()).0, form);
+    /// Text biased to what a URL codec can get wrong (separators, escapes,
+    /// quotes, multi-byte characters), now and then any character at all.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn awkward_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let awkward: Vec<char> = "a Z0&=#%+?/,:*~\n\t\"'<>éß中😀|^".chars().collect();
+        let char = prop_oneof![4 => proptest::sample::select(awkward), 1 => any::<char>()];
+        proptest::collection::vec(char, 0..12).prop_map(String::from_iter)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2000))]
+        /// Any text in any field survives the round trip.
+        #[test]
+        fn any_text_round_trips(
+            mode in awkward_text(), system in awkward_text(), user in awkward_text(), iterations in awkward_text(),
+            warmup in awkward_text(), lengths in awkward_text(), precision in awkward_text(),
+        ) {
+            let form = RouterForm { mode, system, user, iterations, warmup, lengths, precision, result: None };
+            proptest::prop_assert_eq!(RouterForm::from_fragment(&form.to_fragment()).0, form);
         }
+    }
+
+    #[test]
+    fn widget_links_and_shared_results_round_trip() {
         let widget = RouterForm::widget_default();
         for form in [RouterForm { lengths: "15,64".into(), ..widget.clone() }, RouterForm { iterations: "25".into(), ..widget.clone() }] {
             let fragment = form.to_fragment_against(&widget);

@@ -1,36 +1,30 @@
 //! Property test: the calculator's checked `u128` arithmetic against an
-//! arbitrary-precision oracle (num-bigint) on 100,000 random cases, a share of
-//! them at the extremes of every input's range. A case either agrees to the
+//! arbitrary-precision oracle (num-bigint) on 100,000 proptest cases, a share
+//! of them at the extremes of every input's range (a failure shrinks to a
+//! small case). A case either agrees to the
 //! bit or reports overflow exactly when the true value exceeds `u128`.
+
+// proptest is a native dev-dependency (the wasm32 lint pass builds tests too).
+#![cfg(not(target_arch = "wasm32"))]
 
 use kv::calc::{compute, Inputs, ScaleOverhead};
 use kv::runs::Run;
 use kv::{Dtype, KvError, LayerKind, LayerRun, ModelShape};
 use num_bigint::BigUint;
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+use std::cell::Cell;
 
-/// splitmix64: deterministic, so a failure is reproducible from its case index.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Mostly small realistic values, sometimes the extremes.
-    fn value(&mut self, min: u64, max: u64) -> u64 {
-        match self.below(10) {
-            0 => max,
-            1 => min,
-            2 => max.saturating_sub(self.below(3)).max(min),
-            3 => min + self.below(max - min + 1),
-            _ => (min + self.below(4096)).min(max),
-        }
-    }
+/// Mostly small realistic values, sometimes the extremes of the range and
+/// its neighbours: where checked arithmetic overflows or just fits.
+fn edge(min: u64, max: u64) -> impl Strategy<Value = u64> {
+    prop_oneof![
+        1 => Just(max),
+        1 => Just(min),
+        1 => (0..3u64).prop_map(move |d| max.saturating_sub(d).max(min)),
+        1 => min..=max,
+        6 => (0..4096u64).prop_map(move |d| min.saturating_add(d).min(max)),
+    ]
 }
 
 fn big(v: u128) -> BigUint {
@@ -81,64 +75,78 @@ fn oracle(inputs: &Inputs) -> Oracle {
     Oracle { plain, logical, allocated, per_token }
 }
 
-fn random_inputs(rng: &mut Rng) -> Inputs {
-    let n_runs = 1 + rng.below(3) as usize;
-    let head_dim = rng.value(1, u32::MAX as u64) as u32;
-    let mut runs = Vec::new();
-    let mut layers: u64 = 0;
-    for _ in 0..n_runs {
-        let count = rng.value(1, (u32::MAX as u64) / 4);
-        layers += count;
-        let kind = match rng.below(3) {
-            0 => LayerKind::Full,
-            1 => LayerKind::Sliding { window: rng.value(1, u64::MAX) },
-            _ => LayerKind::Mla {
-                kv_lora_rank: rng.value(1, u32::MAX as u64) as u32,
-                qk_rope_head_dim: rng.value(0, u32::MAX as u64) as u32,
-            },
-        };
-        runs.push(LayerRun { kind, count, kv_heads: rng.value(1, u32::MAX as u64) as u32, head_dim });
-    }
-    let seqs = (0..1 + rng.below(3)).map(|_| Run { value: rng.value(1, u64::MAX), count: rng.value(1, u64::MAX) }).collect();
-    Inputs {
-        model: ModelShape { layers: layers as u32, kv_heads: runs[0].kv_heads, head_dim, runs },
-        kv_dtype: Dtype::ALL[rng.below(6) as usize],
-        scale: (rng.below(3) == 0)
-            .then(|| ScaleOverhead { bits: [8, 16, 32][rng.below(3) as usize], group: rng.value(1, u32::MAX as u64) as u32 }),
-        seqs,
-        block: rng.value(1, u64::MAX),
-        tp: 1,
-        prefix: None,
-        budget: None,
-        vllm: None,
-    }
+fn layer_run(head_dim: u32) -> impl Strategy<Value = LayerRun> {
+    let u32_max = u32::MAX as u64;
+    let kind = prop_oneof![
+        Just(LayerKind::Full),
+        edge(1, u64::MAX).prop_map(|window| LayerKind::Sliding { window }),
+        (edge(1, u32_max), edge(0, u32_max))
+            .prop_map(|(rank, rope)| LayerKind::Mla { kv_lora_rank: rank as u32, qk_rope_head_dim: rope as u32 }),
+    ];
+    (edge(1, u32_max / 4), kind, edge(1, u32_max)).prop_map(move |(count, kind, kv_heads)| LayerRun {
+        kind,
+        count,
+        kv_heads: kv_heads as u32,
+        head_dim,
+    })
+}
+
+fn inputs() -> impl Strategy<Value = Inputs> {
+    let u32_max = u32::MAX as u64;
+    let runs = edge(1, u32_max).prop_flat_map(|head_dim| proptest::collection::vec(layer_run(head_dim as u32), 1..=3));
+    let seqs = proptest::collection::vec((edge(1, u64::MAX), edge(1, u64::MAX)).prop_map(|(value, count)| Run { value, count }), 1..=3);
+    let scale = proptest::option::weighted(
+        1.0 / 3.0,
+        (proptest::sample::select(vec![8u32, 16, 32]), edge(1, u32_max))
+            .prop_map(|(bits, group)| ScaleOverhead { bits, group: group as u32 }),
+    );
+    (runs, seqs, proptest::sample::select(Dtype::ALL.to_vec()), scale, edge(1, u64::MAX)).prop_map(
+        |(runs, seqs, kv_dtype, scale, block)| {
+            let layers: u64 = runs.iter().map(|r| r.count).sum();
+            Inputs {
+                model: ModelShape { layers: layers as u32, kv_heads: runs[0].kv_heads, head_dim: runs[0].head_dim, runs },
+                kv_dtype,
+                scale,
+                seqs,
+                block,
+                tp: 1,
+                prefix: None,
+                budget: None,
+                vllm: None,
+            }
+        },
+    )
 }
 
 #[test]
 fn matches_arbitrary_precision_on_100k_cases() {
     let limit = big(u128::MAX);
-    let mut rng = Rng(0x5eed_2026);
-    let (mut agreed, mut overflowed) = (0u32, 0u32);
-    for case in 0..100_000 {
-        let inputs = random_inputs(&mut rng);
+    let (agreed, overflowed) = (Cell::new(0u32), Cell::new(0u32));
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(100_000));
+    let outcome = runner.run(&inputs(), |inputs| {
         let want = oracle(&inputs);
         match compute(&inputs) {
             Ok(r) => {
-                agreed += 1;
-                assert_eq!(big(r.logical.total_bits), want.logical, "case {case}: logical");
-                assert_eq!(big(r.allocated.total_bits), want.allocated, "case {case}: allocated");
-                assert_eq!(big(r.per_token_bits), want.per_token, "case {case}: per token");
-                assert_eq!(big(r.formula_bytes), ceil_div(&want.plain, &big(8)), "case {case}: plain formula");
+                agreed.set(agreed.get() + 1);
+                prop_assert_eq!(big(r.logical.total_bits), want.logical, "logical");
+                prop_assert_eq!(big(r.allocated.total_bits), want.allocated, "allocated");
+                prop_assert_eq!(big(r.per_token_bits), want.per_token, "per token");
+                prop_assert_eq!(big(r.formula_bytes), ceil_div(&want.plain, &big(8)), "plain formula");
             }
             Err(KvError::Overflow { what }) => {
-                overflowed += 1;
+                overflowed.set(overflowed.get() + 1);
                 let biggest = [&want.plain, &want.logical, &want.allocated].into_iter().max().unwrap().clone();
-                assert!(biggest > limit, "case {case}: reported overflow of {what} but every true value fits");
+                prop_assert!(biggest > limit, "reported overflow of {} but every true value fits", what);
             }
-            Err(other) => panic!("case {case}: unexpected error {other}"),
+            Err(other) => prop_assert!(false, "unexpected error {}", other),
         }
+        Ok(())
+    });
+    if let Err(failure) = outcome {
+        panic!("{failure}");
     }
     // Both outcomes must be exercised, or the test proves little.
+    let (agreed, overflowed) = (agreed.get(), overflowed.get());
     assert!(agreed > 10_000 && overflowed > 10_000, "agreed {agreed}, overflowed {overflowed}");
 }
 
