@@ -42,10 +42,11 @@ fi
 # took 15 min 23 s to install on 2 cores, 14 min 30 s without the LTO, and
 # 6 min 26 s as a debug build, while the debug trunk builds the router page
 # within seconds of the release one (31 s against 22–28 s, warm): the work
-# it drives (cargo, wasm-bindgen, wasm-opt) runs in other processes. CI's
-# first step is this install, so that is about 9 of its 90 minutes.
+# it drives (cargo, wasm-bindgen, wasm-opt) runs in other processes. On a
+# fresh machine on 2026-12-05 it took 3m12s, and wasm-bindgen-cli below 2m22s
+# (README's figures).
 if [ "$(trunk --version 2>/dev/null)" != "trunk $TRUNK_VERSION" ]; then
-  say "installing trunk $TRUNK_VERSION (compiles once, ~7 min on 2 cores)"
+  say "installing trunk $TRUNK_VERSION (compiles once, 3-7 min on 2 cores)"
   cargo install trunk --version "$TRUNK_VERSION" --locked --debug
 fi
 
