@@ -5,27 +5,17 @@
 // themselves with the documented postMessage, driven by the keyboard, in
 // light and dark.
 
-import { test, before, after, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { writeFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, outDir, assertNoCspViolations } from './harness.js';
+import { newPage, screenshot, outDir, server, browser, useSite, recordSizes } from './harness.js';
 
 const FIRST_LOAD_LIMIT = 250 * 1024;
 const RUN_TIMEOUT = 600_000;
 
-let server, browser;
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-// Every page ships a Content-Security-Policy; a test that trips it fails.
-afterEach(assertNoCspViolations);
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+useSite();
 
 /** Waits until the widget's status line says the run finished or failed; fails with its text if it failed. */
 async function waitForRun(frame) {
@@ -47,11 +37,7 @@ async function measuredCells(frame) {
 
 test('latency widget: the published table and an empty column, first load within 250 KB gzipped, nothing heavy fetched', async () => {
   const page = await newPage(browser, { viewport: { width: 760, height: 560 } });
-  const sizes = [];
-  page.on('requestfinished', async (req) => {
-    const s = await req.sizes();
-    sizes.push({ url: req.url(), bytes: s.responseBodySize + s.responseHeadersSize });
-  });
+  const sizes = recordSizes(page);
   const from = server.served.length;
   await page.goto(`${server.url}router/?embed=latency`);
   await page.getByTestId('latency-table').waitFor();

@@ -2,6 +2,7 @@
 // (pkg/, served by tools/static-server.mjs like scripts/serve.sh does), and Debian's headless Chromium driven by
 // playwright-core with every request outside localhost blocked and recorded.
 
+import { before, after, afterEach } from 'node:test';
 import { mkdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,6 +13,32 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const root = join(here, '..', '..');
 export const site = join(root, 'pkg');
 export const outDir = join(root, 'test-output');
+
+/**
+ * The site's server and the browser of the test file that called
+ * `useSite()`: live bindings, set before its first test and closed after its
+ * last (each test file runs in a process of its own).
+ */
+export let server;
+export let browser;
+
+/**
+ * The set-up and tear-down every test file shares, registered once: the
+ * site served cross-origin isolated, one headless Chromium, and after each
+ * test the check that no page reported a Content-Security-Policy violation
+ * (every page ships a policy; a test that trips it fails).
+ */
+export function useSite() {
+  before(async () => {
+    server = await serve();
+    browser = await launch();
+  });
+  afterEach(assertNoCspViolations);
+  after(async () => {
+    await browser?.close();
+    await server?.close();
+  });
+}
 
 /**
  * Serves the built site with the same server scripts/serve.sh uses:
@@ -81,6 +108,30 @@ export async function newPage(browser, options = {}) {
     if (/CSP violation|Content Security Policy/.test(m.text())) cspViolations.push(m.text());
   });
   return page;
+}
+
+/**
+ * Opens a shared link in a fresh page, as a visitor would, and waits for the
+ * read-only result. `fetched()` lists what the server answered since the
+ * link was opened: a shared result must download no model and start no
+ * worker.
+ */
+export async function openShared(link) {
+  const viewer = await newPage(browser);
+  const from = server.served.length;
+  await viewer.goto(link);
+  await viewer.getByTestId('shared-result').waitFor();
+  return { viewer, fetched: () => server.served.slice(from) };
+}
+
+/** Records the bytes of every response `page` receives (body and headers), for a first-load budget. */
+export function recordSizes(page) {
+  const sizes = [];
+  page.on('requestfinished', async (req) => {
+    const s = await req.sizes();
+    sizes.push({ url: req.url(), bytes: s.responseBodySize + s.responseHeadersSize });
+  });
+  return sizes;
 }
 
 /** Waits until the router page's worker has started (its Load button is live). */

@@ -1,23 +1,13 @@
 // The KV calculator end to end: links with parameters, typing, the URL,
 // config import, the embed widget's first load, and offline use.
 
-import { test, before, after, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, outDir, cspViolations, assertNoCspViolations } from './harness.js';
+import { newPage, screenshot, outDir, cspViolations, server, browser, useSite, recordSizes } from './harness.js';
 
-let server, browser;
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-// Every page ships a Content-Security-Policy; a test that trips it fails.
-afterEach(assertNoCspViolations);
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+useSite();
 
 const text = (page, id) => page.getByTestId(id).first().innerText();
 
@@ -146,11 +136,7 @@ test('budget inversion, TP replication and the vLLM cross-check', async () => {
 
 test('embed widget: compact, no network beyond its own files, first load within 400 KB gzipped', async () => {
   const page = await newPage(browser, { viewport: { width: 720, height: 520 } });
-  const sizes = [];
-  page.on('requestfinished', async (req) => {
-    const s = await req.sizes();
-    sizes.push({ url: req.url(), bytes: s.responseBodySize + s.responseHeadersSize });
-  });
+  const sizes = recordSizes(page);
   await open(page, '?embed=kv&preset=qwen3-0.6b&seqs=4096x8');
   await page.waitForLoadState('networkidle');
   assert.equal(await page.locator('#f-gpu_gib').count(), 0, 'the widget is compact');

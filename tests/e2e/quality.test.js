@@ -3,25 +3,15 @@
 // --quality) is shown only when asked, shared by link, and re-run in this
 // browser on tasks the user picks, against the native study's decisions.
 
-import { test, before, after, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, root, assertNoCspViolations, loadBundled } from './harness.js';
+import { newPage, screenshot, root, loadBundled, server, browser, useSite, openShared } from './harness.js';
 
 const STUDY = JSON.parse(await readFile(join(root, 'reports/router-quality.cpu.json'), 'utf8'));
 
-let server;
-let browser;
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-afterEach(assertNoCspViolations);
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+useSite();
 
 const row = (page, policy) => page.locator(`[data-testid=quality-row][data-policy="${policy}"]`);
 
@@ -84,13 +74,10 @@ test('a first visitor decides a real task, then opens, shares and re-runs the qu
   // The study travels in a link and opens read-only, starting nothing.
   await page.getByTestId('quality-share').click();
   const link = await page.getByTestId('quality-share-link').getAttribute('href');
-  const viewer = await newPage(browser);
-  const before = server.served.length;
-  await viewer.goto(link);
-  await viewer.getByTestId('shared-result').waitFor();
+  const { viewer, fetched } = await openShared(link);
   await viewer.getByTestId('quality-study').waitFor();
   assert.equal(await row(viewer, head.policy).getAttribute('data-resolved'), head.resolved.mean.toFixed(1));
-  assert.ok(!server.served.slice(before).some((p) => /router_worker|\.gguf|quality\.json/.test(p)), server.served.slice(before).join(' '));
+  assert.ok(!fetched().some((p) => /router_worker|\.gguf|quality\.json/.test(p)), fetched().join(' '));
   await viewer.context().close();
   await page.context().close();
 });

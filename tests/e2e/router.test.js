@@ -4,30 +4,19 @@
 // test here is also an offline test: the built site and its model are all
 // the page has.
 
-import { test, before, after, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile, mkdtemp, open, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, root, assertNoCspViolations, workerReady, loadBundled, timedLoad } from './harness.js';
+import { serve, newPage, screenshot, root, workerReady, loadBundled, timedLoad, server, browser, useSite, openShared } from './harness.js';
 
 const MANIFEST = JSON.parse(await readFile(join(root, 'www/models/manifest.json'), 'utf8'));
 const NATIVE = JSON.parse(await readFile(join(root, 'reports/router-latency.cpu.json'), 'utf8'));
 const LOAD_TIMEOUT = 300_000;
 
-let server;
-let browser;
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-// Every page ships a Content-Security-Policy; a test that trips it fails.
-afterEach(assertNoCspViolations);
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+useSite();
 
 const text = (page, id) => page.getByTestId(id).textContent();
 
@@ -200,15 +189,11 @@ test('load, decide, bench, export, compare and share on the real model', async (
   await page.getByTestId('bench-share').click();
   const link = await page.getByTestId('share-link').inputValue();
   assert.match(link, /#router&result=r1\.[A-Za-z0-9_-]+$/);
-  const viewer = await newPage(browser);
-  const from = server.served.length;
-  await viewer.goto(link);
-  await viewer.getByTestId('shared-result').waitFor();
+  const { viewer, fetched } = await openShared(link);
   assert.deepEqual(await viewer.locator('[data-testid=bench-table] tbody tr').allInnerTexts(), bodyRows);
   assert.match(await text(viewer, 'shared-label'), /not a new measurement: opening it downloaded no model and ran nothing\. Measured browser \(wasm32-unknown-unknown, Mozilla\/5\.0 .*HeadlessChrome.*\) on \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
   await viewer.waitForTimeout(500);
-  const fetched = server.served.slice(from);
-  assert.ok(!fetched.some((p) => /router_worker|gguf|manifest/.test(p)), `a shared link fetched ${fetched.join(' ')}`);
+  assert.ok(!fetched().some((p) => /router_worker|gguf|manifest/.test(p)), `a shared link fetched ${fetched().join(' ')}`);
   await screenshot(viewer, 'router-shared');
   // A damaged link is named, and the live bench is one click away.
   await viewer.goto(`${server.url}router/#router&result=r1.AAAA`);

@@ -4,25 +4,15 @@
 // responsive (input latency measured and printed), every request of the run
 // accounted for, and the result shared by link and opened read-only.
 
-import { test, before, after, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { serve, launch, newPage, screenshot, root, assertNoCspViolations, loadBundled } from './harness.js';
+import { newPage, screenshot, root, loadBundled, server, browser, useSite, openShared } from './harness.js';
 
 const STUDY = JSON.parse(await readFile(join(root, 'reports/router-serve.cpu.json'), 'utf8'));
 
-let server;
-let browser;
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-afterEach(assertNoCspViolations);
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+useSite();
 
 test('the serving card shows the native study, runs a load here with a live queue, and shares it', async () => {
   const page = await newPage(browser);
@@ -110,13 +100,10 @@ test('the serving card shows the native study, runs a load here with a live queu
   // The result travels in a link and opens read-only, starting nothing.
   await page.getByTestId('serve-share').click();
   const link = await page.getByTestId('serve-share-link').getAttribute('href');
-  const viewer = await newPage(browser);
-  const before = server.served.length;
-  await viewer.goto(link);
-  await viewer.getByTestId('shared-result').waitFor();
+  const { viewer, fetched } = await openShared(link);
   await viewer.getByTestId('serve-study').waitFor();
   assert.equal(await viewer.locator('[data-testid=serve-row]').count(), 1);
-  assert.ok(!server.served.slice(before).some((p) => /router_worker|\.gguf|serve\.json/.test(p)), server.served.slice(before).join(' '));
+  assert.ok(!fetched().some((p) => /router_worker|\.gguf|serve\.json/.test(p)), fetched().join(' '));
   assert.deepEqual(page.problems, []);
   await viewer.context().close();
 
