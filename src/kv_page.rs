@@ -240,7 +240,7 @@ fn ModelInputs(form: RwSignal<Form>, errors: Errors, embed: bool) -> impl IntoVi
     let preset_info = move || {
         let id = preset_id();
         kv::presets::find(&id).map(|p| {
-            let modified = !form.with(|f| p.matches(f));
+            let modified = !form.with(|f| f.holds_preset(p));
             view! {
                 <p class="preset-source" data-testid="preset-source">
                     {if modified { format!("Modified from {} · ", p.name) } else { format!("{} · ", p.name) }}

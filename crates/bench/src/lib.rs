@@ -10,6 +10,7 @@
 
 pub mod estimate;
 pub mod figures;
+pub mod fmt;
 pub mod guide;
 pub mod page;
 pub mod prefix;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use router::{LoadTimings, StageTimings};
 use serde::{Deserialize, Serialize};
 
+pub use crate::fmt::format_ms;
 use crate::stats::Summary;
 
 /// Schema name and version. Bump the version on any incompatible change.
@@ -169,15 +170,6 @@ impl Report {
     }
 }
 
-/// Milliseconds as the tables print them: `137 ms`, `42.5 ms`.
-pub fn format_ms(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0} ms")
-    } else {
-        format!("{v:.1} ms")
-    }
-}
-
 fn group(n: usize) -> String {
     kv::units::group_digits(n as u128)
 }
@@ -203,7 +195,7 @@ impl Provenance {
     pub fn of(router: &router::Router, checkpoint_file: &str) -> Provenance {
         let h = &router.backbone.hparams;
         Provenance {
-            checkpoint_id: router.checkpoint_id.clone(),
+            checkpoint_id: router.checkpoint_id().to_string(),
             checkpoint_file: checkpoint_file.to_string(),
             pool_id: router.pool.id.clone(),
             pool_name: router.pool.name.clone(),
@@ -216,7 +208,7 @@ impl Provenance {
             device: "cpu".into(),
             tokenizer: router.tokenizer.source.clone(),
             candidates: router.pool.candidates.len(),
-            router_max_tokens: router.config.max_tokens,
+            router_max_tokens: router.config().max_tokens,
         }
     }
 }

@@ -75,6 +75,12 @@ fn index(name: &str) -> usize {
 }
 
 impl Form {
+    /// Whether the form still holds exactly `preset`'s model fields (the
+    /// page marks a preset modified otherwise).
+    pub fn holds_preset(&self, preset: &crate::presets::Preset) -> bool {
+        preset.patch().iter().filter(|(name, _)| *name != "preset").all(|(name, value)| self.get(name) == value)
+    }
+
     /// The text of a field. Panics on a name not in [`FIELDS`]: that is a
     /// programming error, never user input.
     pub fn get(&self, name: &str) -> &str {
