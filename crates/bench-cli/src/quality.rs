@@ -104,7 +104,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
         data = data.restricted(&(0..limit.min(data.tasks.len())).collect::<Vec<_>>());
     }
     let settings = CvSettings { seeds: (0..q.seeds).collect(), ..CvSettings::default() };
-    let main_setting = (router.config.max_tokens, router.config.truncation);
+    let main_setting = (router.config().max_tokens, router.config().truncation);
 
     let mut sweep: Vec<(usize, TruncationSide)> =
         q.truncation_sweep.iter().flat_map(|&l| [(l, TruncationSide::Left), (l, TruncationSide::KeepStart)]).collect();

@@ -178,7 +178,7 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path, output: crate::Outpu
     let study = ServeStudy {
         prompt_set: s.serve_tasks.display().to_string(),
         prompts,
-        router_max_tokens: router.config.max_tokens,
+        router_max_tokens: router.config().max_tokens,
         arrivals: arrivals_name,
         runs,
         note: s.note.clone(),

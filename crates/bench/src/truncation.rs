@@ -87,7 +87,7 @@ fn grown(long: &Conversation, k: usize) -> Conversation {
 /// `max_tokens + step`, so both policies cut it.
 #[cfg(feature = "engine")]
 fn long_task_conversations(router: &Router, texts: &[String], step: usize) -> router::Result<Vec<Conversation>> {
-    let limit = router.config.max_tokens + step;
+    let limit = router.config().max_tokens + step;
     let mut conversations = Vec::new();
     for start in 0..texts.len() {
         let mut c = Conversation::user(texts[start].clone()).with_system(SYSTEM_PROMPT);
@@ -118,21 +118,19 @@ fn call(d: &Decision) -> PolicyCall {
 /// conversation of `inputs`.
 #[cfg(feature = "engine")]
 pub fn run(router: &mut Router, inputs: &PrefixInputs, texts: &[String], step: usize, turns: usize) -> router::Result<TruncationStudy> {
-    let own = router.config.truncation_step;
+    let own = router.config().truncation_step;
     let outcome = run_with(router, inputs, texts, step, turns);
-    router.config.truncation_step = own;
+    router.set_truncation_step(own)?;
     outcome
 }
 
 #[cfg(feature = "engine")]
 fn run_with(router: &mut Router, inputs: &PrefixInputs, texts: &[String], step: usize, turns: usize) -> router::Result<TruncationStudy> {
-    let room = router.config.max_tokens.saturating_sub(router.tokenizer.leading());
-    if step == 0 || step >= room {
-        return Err(router::RouterError::Request(format!("truncation step {step} must be at least 1 and less than {room}")));
-    }
+    // Refused here, before any decide, if the router would refuse it.
+    router.set_truncation_step(step)?;
     let conversations: Vec<Conversation> = (0..=turns).map(|k| grown(&inputs.long, k)).collect();
     let policy = |router: &mut Router, step: usize| -> router::Result<Vec<Decision>> {
-        router.config.truncation_step = step;
+        router.set_truncation_step(step)?;
         let mut cache = PrefixCache::new(CacheBudget::default());
         conversations.iter().map(|c| router.decide_with_cache(c, None, &mut cache)).collect()
     };
@@ -154,9 +152,9 @@ fn run_with(router: &mut Router, inputs: &PrefixInputs, texts: &[String], step: 
     let tasks = long_task_conversations(router, texts, step)?;
     let mut decisions = Vec::with_capacity(tasks.len());
     for c in &tasks {
-        router.config.truncation_step = 1;
+        router.set_truncation_step(1)?;
         let l = router.decide(c, None)?;
-        router.config.truncation_step = step;
+        router.set_truncation_step(step)?;
         let s = router.decide(c, None)?;
         let (same_ranking, max_score_difference) = crate::prefix::compare_rankings(&l, &s);
         decisions.push(DecisionComparison {
@@ -169,7 +167,7 @@ fn run_with(router: &mut Router, inputs: &PrefixInputs, texts: &[String], step: 
             max_score_difference,
         });
     }
-    Ok(TruncationStudy { max_tokens: router.config.max_tokens, step, growth, decisions })
+    Ok(TruncationStudy { max_tokens: router.config().max_tokens, step, growth, decisions })
 }
 
 impl TruncationStudy {

@@ -165,7 +165,7 @@ impl RouterWorker {
             ToWorker::PrefixProtocol { long_tokens, iterations } => self.prefix_protocol(long_tokens, iterations).await,
             ToWorker::RouteTasks { tasks, head_json } => self.route_tasks(tasks, head_json).await,
             ToWorker::Serve { runs, tasks, trace, mode } => self.serve(runs, tasks, trace, mode).await,
-            ToWorker::GemmProbe { m, k, n, repeats } => match router::model::gemm_probe(m, k, n, repeats, self.precision()) {
+            ToWorker::GemmProbe { m, k, n, repeats } => match router::probe::gemm_probe(m, k, n, repeats, self.precision()) {
                 Ok(probe) => {
                     post(&FromWorker::GemmProbed { probe });
                     Ok(())
@@ -196,7 +196,7 @@ impl RouterWorker {
     /// The loaded router's precision, else the default one: what the
     /// GEMM probe times.
     fn precision(&self) -> Precision {
-        self.loaded.borrow().as_ref().map_or(RouterConfig::default().precision, |l| l.router.config.precision)
+        self.loaded.borrow().as_ref().map_or(RouterConfig::default().precision, |l| l.router.config().precision)
     }
 
     async fn load_bundled(&self, on_request: Option<&str>, precision: Option<Precision>) -> Result<(), String> {
@@ -432,7 +432,7 @@ impl RouterWorker {
             gloo_timers::future::TimeoutFuture::new(0).await;
         }
         post(&FromWorker::RouteDone {
-            checkpoint_id: loaded.router.backbone_checkpoint_id.clone(),
+            checkpoint_id: loaded.router.backbone_checkpoint_id().to_string(),
             head_id: head.map(|h| h.id),
             cancelled,
         });
@@ -548,7 +548,7 @@ impl RouterWorker {
         let study = serve::ServeStudy {
             prompt_set: "OOD176 prompts (router/data/ood176_tasks.jsonl)".into(),
             prompts,
-            router_max_tokens: router.config.max_tokens,
+            router_max_tokens: router.config().max_tokens,
             arrivals: arrivals_name,
             runs,
             note: "router page's worker; the page's UI thread stays live".into(),
@@ -597,7 +597,7 @@ impl RouterWorker {
             loaded.calls = 0;
             // Descriptors encoded again, as bench-decide's load does, so the
             // first call follows the same work in both.
-            let router = build_router(&loaded.bytes, &loaded.file_name, &loaded.info.sha256, loaded.router.config.precision, None)?;
+            let router = build_router(&loaded.bytes, &loaded.file_name, &loaded.info.sha256, loaded.router.config().precision, None)?;
             loaded.info.load = router.load_timings;
             loaded.router = router;
             loaded.prefix_cache.clear();

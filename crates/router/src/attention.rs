@@ -24,7 +24,7 @@
 #![allow(unsafe_code)]
 
 use crate::kernels::{gemm_panel, Store, NR, WIDE};
-use crate::parallel::{self, SharedMut};
+use crate::parallel::{self, DisjointOut};
 use crate::segment::KvPiece;
 
 /// The shapes of one attention call.
@@ -94,15 +94,19 @@ fn causal_panels<const W: usize>(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, sc
     assert_eq!(held, s.start + s.tokens, "keys held for {} positions, queries need {}", held, s.start + s.tokens);
     assert!(q.len() >= s.tokens * s.heads * d && out.len() >= s.tokens * s.heads * d);
     let group = (s.heads / s.kv_heads.max(1)).max(1);
-    let out_ptr = SharedMut(out.as_mut_ptr());
+    let ld = s.heads * d;
+    let out = DisjointOut::new(out);
     let blocks = s.tokens.div_ceil(QUERY_BLOCK);
     // Task t: the latest (longest) query blocks first, so the pool's last
     // tasks are its shortest.
     parallel::for_each(s.heads * blocks, |t| {
         let (h, block) = (t % s.heads, blocks - 1 - t / s.heads);
         let rows = block * QUERY_BLOCK..((block + 1) * QUERY_BLOCK).min(s.tokens);
-        // SAFETY: this task alone writes rows `rows` × the `d` columns of head `h`.
-        unsafe { query_block::<W>(q, rows, h, h / group, pieces, s, scale, out_ptr.ptr()) };
+        // The tile: rows `rows` × head `h`'s `d` columns, in rows of `ld`.
+        let tile = out.region(rows.start * ld + h * d..(rows.end - 1) * ld + (h + 1) * d);
+        // SAFETY: this task alone writes that tile (other tasks: other heads
+        // or other rows), and `region` checked it lies inside `out`.
+        unsafe { query_block::<W>(q, rows, h, h / group, pieces, s, scale, tile) };
     });
 }
 
@@ -115,8 +119,9 @@ const QUERY_BLOCK: usize = 32;
 /// Queries are packed in panels of `W` and the values read `W` columns at
 /// a time.
 ///
-/// SAFETY: `out` is valid for `tokens × heads × d` values, and only this
-/// call writes rows `rows` × head `h`'s columns; `W` is one of
+/// SAFETY: `tile` points at row `rows.start`, head `h`'s first column, of
+/// an output of row stride `heads × d` valid for the rows `rows` × head
+/// `h`'s `d` columns, which only this call writes; `W` is one of
 /// [`panel_widths`]`(d)`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn query_block<const W: usize>(
@@ -127,7 +132,7 @@ unsafe fn query_block<const W: usize>(
     pieces: &[KvPiece<'_>],
     s: Shape,
     scale: f32,
-    out: *mut f32,
+    tile: *mut f32,
 ) {
     let d = s.head_dim;
     let ld = s.heads * d;
@@ -216,7 +221,7 @@ unsafe fn query_block<const W: usize>(
                         count,
                         &values[panel * W..],
                         width,
-                        out.add(rows.start * ld + h * d + panel * W),
+                        tile.add(panel * W),
                         ld,
                         cols,
                         if first { Store::Overwrite } else { Store::Accumulate },

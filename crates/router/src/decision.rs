@@ -190,7 +190,7 @@ pub struct Scores {
 }
 
 /// How weights are computed with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
     /// candle's quantized matmul on the stored blocks (activations in f32).
@@ -228,7 +228,7 @@ impl Precision {
     }
 }
 
-/// What `model::gemm_probe` measured.
+/// What `probe::gemm_probe` measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GemmProbe {
     pub m: usize,

@@ -17,7 +17,7 @@
 
 #![allow(unsafe_code)]
 
-use crate::parallel::{self, SharedMut};
+use crate::parallel::{self, DisjointOut};
 
 /// What computes the f32 projections in this build, for the precision line
 /// of every report (natively the projections run on `gemm_dense`).
@@ -59,10 +59,10 @@ impl Packed {
     pub fn from_row_fn(n: usize, k: usize, row: impl Fn(usize, &mut [f32]) + Sync) -> Packed {
         let panel_count = n.div_ceil(NR);
         let mut panels = vec![0f32; panel_count * k * NR];
-        let out = SharedMut(panels.as_mut_ptr());
+        let out = DisjointOut::new(&mut panels);
         parallel::for_each(panel_count, |p| {
-            // SAFETY: task p writes only panel p.
-            let panel = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(p * k * NR), k * NR) };
+            // SAFETY: task p alone has panel p.
+            let panel = unsafe { out.run(p * k * NR..(p + 1) * k * NR) };
             let mut buffer = vec![0f32; k];
             for c in 0..NR.min(n - p * NR) {
                 row(p * NR + c, &mut buffer);
@@ -102,21 +102,24 @@ impl Packed {
         // Every value is overwritten; the resize only sets the length.
         c.resize(m * self.n, 0.0);
         let panel_count = self.n.div_ceil(NR);
-        if panel_count == 0 {
+        if panel_count == 0 || m == 0 {
             return;
         }
         // Enough tasks to balance uneven threads, few enough that each keeps
         // a useful run of panels; a small product is not worth waking helpers.
         let tasks = if m * self.n * self.k < 1 << 18 { 1 } else { (parallel::threads() * 4).min(panel_count) };
         let per_task = panel_count.div_ceil(tasks);
-        let out = SharedMut(c.as_mut_ptr());
+        let out = DisjointOut::new(c);
         parallel::for_each(panel_count.div_ceil(per_task), |t| {
             let panels = t * per_task..((t + 1) * per_task).min(panel_count);
             for p in panels {
                 let b = &self.panels[p * self.k * NR..(p + 1) * self.k * NR];
                 let cols = NR.min(self.n - p * NR);
-                // SAFETY: each task writes only the columns of its own panels.
-                unsafe { gemm_panel::<NR>(a, lda, m, self.k, b, NR, out.ptr().add(p * NR), self.n, cols, Store::Overwrite) };
+                // Panel p's columns of every row, in rows of `n`.
+                let tile = out.region(p * NR..(m - 1) * self.n + p * NR + cols);
+                // SAFETY: each task writes only the columns of its own
+                // panels, inside the span `region` checked.
+                unsafe { gemm_panel::<NR>(a, lda, m, self.k, b, NR, tile, self.n, cols, Store::Overwrite) };
             }
         });
     }

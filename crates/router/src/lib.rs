@@ -38,6 +38,8 @@ pub mod pool;
 #[cfg(feature = "engine")]
 pub mod prefix;
 #[cfg(feature = "engine")]
+pub mod probe;
+#[cfg(feature = "engine")]
 pub mod prompts;
 #[cfg(feature = "engine")]
 pub mod router;
@@ -63,3 +65,10 @@ pub use pool::Pool;
 pub use prefix::{CacheBudget, Namespace, PrefixCache};
 #[cfg(feature = "engine")]
 pub use router::{PendingDecide, Router, RouterAssets, RouterConfig};
+
+/// Milliseconds since `since` on `web-time`'s clock, the one clock both
+/// targets read (every stage timing and the serving test's engine times).
+#[cfg(feature = "engine")]
+pub fn elapsed_ms(since: web_time::Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}

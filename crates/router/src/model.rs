@@ -21,6 +21,7 @@ use candle_core::{Device, Module, Tensor};
 use crate::arch::{Activation, Arch, EmbeddingScale, LayerKind, RopeStyle};
 use crate::attention;
 use crate::dequant;
+use crate::elapsed_ms;
 use crate::error::{Result, RouterError};
 use crate::gguf::{Checkpoint, Hparams};
 use crate::integer::{Activations as IntActivations, IntPacked};
@@ -57,7 +58,7 @@ struct Linear {
     bias: Option<Vec<f32>>,
 }
 
-enum Weights {
+pub(crate) enum Weights {
     /// candle's quantized matmul on the stored blocks (`Precision::Quantized`).
     Quantized(QMatMul),
     /// f32 `[n × k]`, natively: `kernels::gemm_dense` (candle's own GEMM,
@@ -166,7 +167,7 @@ impl Weights {
     }
 
     /// An f32 weight `[out × in]`, in the layout this target computes fastest with.
-    fn from_f32(weight: Tensor) -> Result<Weights> {
+    pub(crate) fn from_f32(weight: Tensor) -> Result<Weights> {
         #[cfg(target_arch = "wasm32")]
         {
             let (rows, cols) = weight.dims2()?;
@@ -180,7 +181,7 @@ impl Weights {
     }
 
     /// A product on its own (the probes): the input quantized afresh.
-    fn forward(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
+    pub(crate) fn forward(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
         let (mut quantized, mut out) = (QuantizedInput::default(), Vec::new());
         self.forward_into(&mut Input::new(x, t, &mut quantized), &mut out)?;
         Ok(out)
@@ -202,110 +203,6 @@ impl Weights {
         }
         Ok(())
     }
-}
-
-/// Times the projection GEMM a prefill at `precision` runs, `[m × k]` times
-/// a `[n × k]` weight, through the very `Linear` the backbone uses, so the
-/// rate is what this build's matmul attains on this device (native or
-/// wasm32), not a separate kernel's. The integer path's weight is a Q4_1-like
-/// one (4-bit values, a scale and minimum per 32), its time includes the
-/// activations' quantization, and its rate counts the same 2·m·k·n
-/// operations, so the two rates compare directly.
-pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize, precision: Precision) -> Result<crate::GemmProbe> {
-    let x = probe_values(m * k, 1);
-    let weight = match precision {
-        Precision::IntegerQ8 if k.is_multiple_of(crate::integer::BLOCK) => Weights::Integer(probe_integer_weight(n, k)),
-        _ => Weights::from_f32(Tensor::from_vec(probe_values(n * k, 5), (n, k), &Device::Cpu)?)?,
-    };
-    let kernel = match &weight {
-        Weights::Integer(_) => crate::integer::kernel_name().to_string(),
-        _ => format!("f32{}", crate::kernels::KERNEL_NOTE),
-    };
-    time_probe(m, k, n, repeats, kernel, || weight.forward(&x, m))
-}
-
-/// The integer product through every kernel this build and CPU run (the
-/// one prefills use first), each timed as [`gemm_probe`] times it: the
-/// activations' quantization included, repeats alternated between kernels
-/// so that a noisy machine's slow spell does not fall on one of them.
-pub fn integer_kernel_probes(m: usize, k: usize, n: usize, repeats: usize) -> Result<Vec<crate::GemmProbe>> {
-    if !k.is_multiple_of(crate::integer::BLOCK) {
-        return Err(RouterError::Request(format!(
-            "the integer kernels need a width that is a multiple of {}, not {k}",
-            crate::integer::BLOCK
-        )));
-    }
-    let (x, weight) = (probe_values(m * k, 1), probe_integer_weight(n, k));
-    let kernels = crate::integer::kernels();
-    let product = |kernel| weight.matmul_with(&crate::integer::Activations::quantize(&x, m, k, 32), kernel);
-    let mut times = vec![Vec::with_capacity(repeats.max(1)); kernels.len()];
-    for &kernel in &kernels {
-        // One untimed call each: the first allocates.
-        std::hint::black_box(product(kernel));
-    }
-    for _ in 0..repeats.max(1) {
-        for (&kernel, times) in kernels.iter().zip(&mut times) {
-            let started = Instant::now();
-            std::hint::black_box(product(kernel));
-            times.push(ms(started));
-        }
-    }
-    Ok(kernels.iter().zip(times).map(|(kernel, times)| probe_result(m, k, n, times, kernel.name.to_string())).collect())
-}
-
-/// Varied values, so no kernel meets only zeros or ones.
-fn probe_values(len: usize, salt: usize) -> Vec<f32> {
-    (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect()
-}
-
-/// A Q4_1-like weight for the integer probes: 4-bit values, a scale and a
-/// minimum per 32.
-fn probe_integer_weight(n: usize, k: usize) -> IntPacked {
-    IntPacked::from_row_fn(n, k, 32, |r, q, scales, mins| {
-        q.iter_mut().enumerate().for_each(|(i, v)| *v = ((r * 5 + i * 3) % 16) as u8);
-        scales.iter_mut().enumerate().for_each(|(g, v)| *v = 0.01 + ((r + g) % 7) as f32 * 0.002);
-        mins.iter_mut().enumerate().for_each(|(g, v)| *v = -0.05 + ((r + 3 * g) % 5) as f32 * 0.01);
-    })
-}
-
-fn time_probe(
-    m: usize,
-    k: usize,
-    n: usize,
-    repeats: usize,
-    kernel: String,
-    product: impl Fn() -> Result<Vec<f32>>,
-) -> Result<crate::GemmProbe> {
-    // One untimed call: the first allocates.
-    product()?;
-    let mut times = Vec::with_capacity(repeats.max(1));
-    for _ in 0..repeats.max(1) {
-        let started = Instant::now();
-        // Make sure the result exists before the clock stops.
-        std::hint::black_box(product()?);
-        times.push(ms(started));
-    }
-    Ok(probe_result(m, k, n, times, kernel))
-}
-
-fn probe_result(m: usize, k: usize, n: usize, mut times: Vec<f64>, kernel: String) -> crate::GemmProbe {
-    times.sort_by(f64::total_cmp);
-    // A clock coarser than the call (some browsers round to 0.1 ms) must not divide by zero.
-    let best_ms = times[0].max(1e-3);
-    crate::GemmProbe {
-        m,
-        k,
-        n,
-        repeats: times.len(),
-        best_ms,
-        median_ms: times[times.len() / 2],
-        gflops: 2.0 * (m * k * n) as f64 / best_ms / 1e6,
-        kernel,
-    }
-}
-
-fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1000.0
 }
 
 /// A 1-D tensor (a norm's weight, a bias) as f32 values.
@@ -593,7 +490,7 @@ impl Backbone {
             layer.q.forward_into(input, q)?;
             layer.k.forward_into(input, k)?;
             layer.v.forward_into(input, v)?;
-            projections_ms += ms(started);
+            projections_ms += elapsed_ms(started);
             if let Some((q_norm, k_norm)) = &layer.qk_norm {
                 rms_norm(q, q_norm, eps);
                 rms_norm(k, k_norm, eps);
@@ -615,11 +512,11 @@ impl Backbone {
             let shape = attention::Shape { heads: h.heads, kv_heads: h.kv_heads, tokens: t, head_dim: d, start, window: layer.kind.window };
             let started = Instant::now();
             attention::causal(q, &pieces, shape, scale, &mut attended);
-            attention_ms += ms(started);
+            attention_ms += elapsed_ms(started);
 
             let started = Instant::now();
             layer.o.forward_into(&mut Input::new(&attended, t, quantized), out)?;
-            projections_ms += ms(started);
+            projections_ms += elapsed_ms(started);
             if let Some((post_attention, _)) = &layer.post_norms {
                 rms_norm(out, post_attention, eps);
             }
@@ -630,12 +527,12 @@ impl Backbone {
             let input = &mut Input::new(&normed, t, quantized);
             layer.gate.forward_into(input, gate)?;
             layer.up.forward_into(input, up)?;
-            projections_ms += ms(started);
+            projections_ms += elapsed_ms(started);
             let activation = arch.activation;
             rows_mut(gate, h.ffn, |first, run| activation.gate_into(run, &up[first * h.ffn..]));
             let started = Instant::now();
             layer.down.forward_into(&mut Input::new(gate, t, quantized), out)?;
-            projections_ms += ms(started);
+            projections_ms += elapsed_ms(started);
             if let Some((_, post_ffw)) = &layer.post_norms {
                 rms_norm(out, post_ffw, eps);
             }

@@ -3,13 +3,9 @@
 //!
 //! Natively the tasks run on rayon's global pool, the pool `gemm` already
 //! runs the f32 projections on, so a native process has one set of worker
-//! threads. Rayon replaced this module's own pool natively after an
-//! alternated A/B (`bench-decide --lengths 15,1024 --iterations 10
-//! --warmup 2`, order ABBA twice, 2-vCPU Xeon, 2026-12-05, nothing else
-//! running): warm p50 rayon ÷ own pool, medians of four runs each, int8
-//! 0.97× and 0.99× at 1,024 tokens (two sweeps), 0.98× and 0.82× at 15;
-//! f32 1.01× at 1,024 (pairs 0.99–1.04), 0.98× at 15. No worse, so one
-//! pool.
+//! threads. Rayon replaced this module's own pool natively because an
+//! alternated A/B of warm decides at 15 and 1,024 tokens, f32 and int8,
+//! found it no slower (the figures are in the commit that made the change).
 //!
 //! In the browser there is no rayon of our own: the threads build is
 //! wasm-bindgen's `no-modules` output, started with `importScripts` by
@@ -32,6 +28,8 @@
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
@@ -246,13 +244,11 @@ pub fn for_each_rows_mut<T: Send>(data: &mut [T], row: usize, rows_per_task: usi
     let chunk = row * rows_per_task.max(1);
     let tasks = data.len().div_ceil(chunk);
     let len = data.len();
-    let base = SharedPtr(data.as_mut_ptr());
+    let out = DisjointOut::new(data);
     for_each(tasks, |t| {
         let start = t * chunk;
-        let end = (start + chunk).min(len);
-        // SAFETY: task t alone gets [start, end), inside `data`, which the
-        // caller's `&mut` keeps borrowed until every task has returned.
-        let run = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) };
+        // SAFETY: task t alone gets [start, start + chunk) ∩ the buffer.
+        let run = unsafe { out.run(start..(start + chunk).min(len)) };
         work(start / row, run);
     });
 }
@@ -277,18 +273,11 @@ pub fn for_each_rows_mut2<A: Send, B: Send>(
         a.len(),
         b.len()
     );
-    let (base_a, base_b) = (SharedPtr(a.as_mut_ptr()), SharedPtr(b.as_mut_ptr()));
+    let (out_a, out_b) = (DisjointOut::new(a), DisjointOut::new(b));
     for_each(rows.div_ceil(per), |t| {
         let (first, end) = (t * per, ((t + 1) * per).min(rows));
-        // SAFETY: task t alone gets rows [first, end) of each buffer, inside
-        // them (asserted above), which the caller's `&mut`s keep borrowed
-        // until every task has returned.
-        let (run_a, run_b) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(base_a.get().add(first * row_a), (end - first) * row_a),
-                std::slice::from_raw_parts_mut(base_b.get().add(first * row_b), (end - first) * row_b),
-            )
-        };
+        // SAFETY: task t alone gets rows [first, end) of each buffer.
+        let (run_a, run_b) = unsafe { (out_a.run(first * row_a..end * row_a), out_b.run(first * row_b..end * row_b)) };
         work(first, run_a, run_b);
     });
 }
@@ -301,37 +290,67 @@ pub fn rows_per_task(rows: usize) -> usize {
     rows.div_ceil(threads() * 4).max(32)
 }
 
-/// A pointer `for_each_rows_mut`'s tasks share, each using a disjoint run.
-struct SharedPtr<T>(*mut T);
-
-// SAFETY: the tasks use disjoint runs of the buffer (see `for_each_rows_mut`).
-unsafe impl<T: Send> Sync for SharedPtr<T> {}
-
-impl<T> SharedPtr<T> {
-    fn get(&self) -> *mut T {
-        self.0
-    }
+/// One output buffer that a job's tasks write, each a region no other task
+/// touches: the mutable borrow, its length and its lifetime travel with the
+/// pointer, so every region a task asks for is checked against the buffer
+/// (a panic, not a stray write), and none can outlive the borrow. What the
+/// type cannot check is that two tasks' regions are disjoint: that is the
+/// `unsafe` promise each caller makes, with its reason beside it.
+pub(crate) struct DisjointOut<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _borrow: PhantomData<&'a mut [T]>,
 }
 
-/// A raw pointer tasks may share: each task writes a disjoint region.
-#[derive(Clone, Copy)]
-pub(crate) struct SharedMut(pub *mut f32);
+// SAFETY: tasks on other threads write disjoint regions of a buffer of
+// `Send` values, which the `&'a mut` borrow keeps alive and unaliased.
+unsafe impl<T: Send> Sync for DisjointOut<'_, T> {}
+unsafe impl<T: Send> Send for DisjointOut<'_, T> {}
 
-impl SharedMut {
-    /// The pointer (a method, so closures capture the whole `Sync` wrapper
-    /// rather than its raw field).
-    pub(crate) fn ptr(self) -> *mut f32 {
-        self.0
+impl<'a, T> DisjointOut<'a, T> {
+    pub(crate) fn new(out: &'a mut [T]) -> DisjointOut<'a, T> {
+        DisjointOut { ptr: out.as_mut_ptr(), len: out.len(), _borrow: PhantomData }
+    }
+
+    /// The contiguous run `range` as a slice; panics when it is not inside
+    /// the buffer.
+    ///
+    /// SAFETY: no other task reads or writes `range` while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn run(&self, range: Range<usize>) -> &mut [T] {
+        assert!(range.start <= range.end && range.end <= self.len, "run {range:?} outside a buffer of {}", self.len);
+        // SAFETY: inside the buffer (asserted), exclusive per the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) }
+    }
+
+    /// A pointer to element `span.start`, for a kernel that writes a
+    /// strided region (a tile of rows × columns) lying within `span`;
+    /// panics when `span` is not inside the buffer. Writing through it is
+    /// the caller's `unsafe`: only inside `span`, and only what no other
+    /// task touches.
+    pub(crate) fn region(&self, span: Range<usize>) -> *mut T {
+        assert!(span.start <= span.end && span.end <= self.len, "region {span:?} outside a buffer of {}", self.len);
+        // SAFETY: `span.start` ≤ `len`, so the offset stays inside (or one
+        // past) the allocation.
+        unsafe { self.ptr.add(span.start) }
     }
 }
-
-// SAFETY: every user writes disjoint index ranges from different tasks.
-unsafe impl Send for SharedMut {}
-unsafe impl Sync for SharedMut {}
 
 #[cfg(test)]
 mod chunk_tests {
     use super::*;
+
+    #[test]
+    fn a_region_outside_the_buffer_is_refused_before_any_write() {
+        let mut data = vec![0u8; 10];
+        let out = DisjointOut::new(&mut data);
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| out.region(4..11))).is_err());
+        // SAFETY: the only task.
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { out.run(8..12) }.len())).is_err());
+        // SAFETY: the only task.
+        unsafe { out.run(2..5) }.fill(7);
+        assert_eq!(data, [0, 0, 7, 7, 7, 0, 0, 0, 0, 0]);
+    }
 
     #[test]
     fn rows_reach_every_task_once_with_their_index() {

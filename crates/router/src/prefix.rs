@@ -46,9 +46,9 @@ impl Default for CacheBudget {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Namespace {
     pub checkpoint_id: String,
-    /// How the weights are computed with (`dequantized_f32`, `quantized`):
-    /// the same checkpoint gives other keys and values under each.
-    pub precision: String,
+    /// How the weights are computed with: the same checkpoint gives other
+    /// keys and values under each.
+    pub precision: crate::Precision,
     pub tokenizer_id: String,
     pub max_tokens: usize,
 }
@@ -344,7 +344,7 @@ mod tests {
     }
 
     fn ns(name: &str) -> Namespace {
-        Namespace { checkpoint_id: name.into(), precision: "dequantized_f32".into(), tokenizer_id: "gguf".into(), max_tokens: 1024 }
+        Namespace { checkpoint_id: name.into(), precision: crate::Precision::DequantizedF32, tokenizer_id: "gguf".into(), max_tokens: 1024 }
     }
 
     /// Looks `ids` up and inserts the rest as a segment whose hidden rows
@@ -395,7 +395,7 @@ mod tests {
         assert_eq!(decide(&mut cache, &ns("two"), &run(0, 8)), 0);
         let other_window = Namespace { max_tokens: 512, ..ns("one") };
         assert_eq!(decide(&mut cache, &other_window, &run(0, 8)), 0);
-        let other_precision = Namespace { precision: "quantized".into(), ..ns("one") };
+        let other_precision = Namespace { precision: crate::Precision::Quantized, ..ns("one") };
         assert_eq!(decide(&mut cache, &other_precision, &run(0, 8)), 0);
         assert_eq!(decide(&mut cache, &ns("one"), &run(0, 8)), 8);
     }

@@ -17,6 +17,7 @@ pub use crate::decision::{
 };
 
 use crate::conversation::Conversation;
+use crate::elapsed_ms;
 use crate::error::{Result, RouterError};
 use crate::gguf::Checkpoint;
 use crate::head::LoadedHead;
@@ -82,17 +83,22 @@ pub struct RouterAssets<'a> {
 }
 
 /// A loaded router: backbone, tokenizer, pool and the cached descriptor vectors.
+///
+/// The settings, the checkpoint id and the head are private: they hold
+/// invariants (a head fits the settings it was trained under, and its digest
+/// is part of the id), so they change only through the methods that keep
+/// them (`retruncate`, `set_truncation_step`, `attach_head`, `detach_head`).
 pub struct Router {
     pub backbone: Backbone,
     pub tokenizer: RouterTokenizer,
     pub pool: Pool,
-    pub config: RouterConfig,
+    config: RouterConfig,
     /// The GGUF's id, then `+head-…` when a trained head scores.
-    pub checkpoint_id: String,
+    checkpoint_id: String,
     /// The GGUF's own id (what a head must have been trained on).
-    pub backbone_checkpoint_id: String,
+    backbone_checkpoint_id: String,
     /// A trained scoring head; `None` scores by descriptor similarity.
-    pub head: Option<LoadedHead>,
+    head: Option<LoadedHead>,
     /// Names the tokenizer for the prefix cache's namespace: `gguf` (built
     /// from the checkpoint's own metadata) or `json-` and 8 hex digits of
     /// the tokenizer.json's SHA-256.
@@ -104,8 +110,15 @@ pub struct Router {
     descriptor_matrix: Vec<f32>,
 }
 
-fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1000.0
+/// A cut on a grid coarser than the room for text would keep nothing.
+fn check_truncation_step(step: usize, max_tokens: usize, leading: usize) -> Result<()> {
+    let room = max_tokens.saturating_sub(leading);
+    if step == 0 || step >= room.max(2) {
+        return Err(RouterError::Request(format!(
+            "truncation step {step} must be at least 1 and less than the {room} text tokens router_max_tokens = {max_tokens} leaves"
+        )));
+    }
+    Ok(())
 }
 
 /// Adds a prefill's projection and attention time to a call's stage timings.
@@ -143,7 +156,7 @@ impl Router {
         let started = Instant::now();
         let checkpoint = Checkpoint::parse_with_sha256(assets.gguf, assets.gguf_name, assets.gguf_sha256)?;
         let backbone = Backbone::load(&checkpoint, config.precision)?;
-        let weights_ms = ms(started);
+        let weights_ms = elapsed_ms(started);
 
         progress("tokenizer", 0, 1);
         let started = Instant::now();
@@ -152,15 +165,8 @@ impl Router {
             None => RouterTokenizer::from_gguf(&checkpoint)?,
         };
         tokenizer.check_vocab(checkpoint.hparams.vocab)?;
-        // A cut on a grid coarser than the room would keep nothing.
-        let room = config.max_tokens.saturating_sub(tokenizer.leading());
-        if config.truncation_step == 0 || config.truncation_step >= room.max(2) {
-            return Err(RouterError::Request(format!(
-                "truncation step {} must be at least 1 and less than the {room} text tokens router_max_tokens = {} leaves",
-                config.truncation_step, config.max_tokens
-            )));
-        }
-        let tokenizer_ms = ms(started);
+        check_truncation_step(config.truncation_step, config.max_tokens, tokenizer.leading())?;
+        let tokenizer_ms = elapsed_ms(started);
 
         let tokenizer_id = match assets.tokenizer_json {
             Some((bytes, _)) => format!("json-{}", &crate::gguf::hex(&Sha256::digest(bytes))[..8]),
@@ -183,7 +189,7 @@ impl Router {
         };
         let started = Instant::now();
         if descriptor_cache.is_some_and(|bytes| router.reuse_descriptors(bytes)) {
-            router.load_timings.descriptors_ms = ms(started);
+            router.load_timings.descriptors_ms = elapsed_ms(started);
         } else {
             router.embed_descriptors(progress)?;
         }
@@ -284,9 +290,39 @@ impl Router {
         }
         self.load_timings.descriptor_flops = descriptor_flops;
         self.descriptor_matrix = rows.concat();
-        self.load_timings.descriptors_ms = ms(started);
+        self.load_timings.descriptors_ms = elapsed_ms(started);
         self.load_timings.descriptors_encoded_ms = self.load_timings.descriptors_ms;
         self.load_timings.descriptors_cached = false;
+        Ok(())
+    }
+
+    /// The settings this router was loaded (or since retruncated) with.
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    /// The checkpoint id shown everywhere: the GGUF's, then `+head-…` when a
+    /// trained head scores.
+    pub fn checkpoint_id(&self) -> &str {
+        &self.checkpoint_id
+    }
+
+    /// The GGUF's own id (what a head must have been trained on).
+    pub fn backbone_checkpoint_id(&self) -> &str {
+        &self.backbone_checkpoint_id
+    }
+
+    /// The trained scoring head, if one is attached.
+    pub fn head(&self) -> Option<&LoadedHead> {
+        self.head.as_ref()
+    }
+
+    /// Changes the grid a left cut starts on (1: plain left truncation),
+    /// checked as at load. The descriptors are not encoded again: the
+    /// truncation study compares both policies against the same ones.
+    pub fn set_truncation_step(&mut self, step: usize) -> Result<()> {
+        check_truncation_step(step, self.config.max_tokens, self.tokenizer.leading())?;
+        self.config.truncation_step = step;
         Ok(())
     }
 
@@ -355,7 +391,7 @@ impl Router {
         // states, so decisions with and without it share cached prefixes.
         Namespace {
             checkpoint_id: self.backbone_checkpoint_id.clone(),
-            precision: self.config.precision.name().to_string(),
+            precision: self.config.precision,
             tokenizer_id: self.tokenizer_id.clone(),
             max_tokens: self.config.max_tokens,
         }
@@ -366,7 +402,7 @@ impl Router {
     fn encode(&self, routing_text: &str, t: &mut StageTimings) -> Result<(Vec<u32>, usize)> {
         let started = Instant::now();
         let ids = self.tokenizer.encode(routing_text)?;
-        t.tokenize_ms = ms(started);
+        t.tokenize_ms = elapsed_ms(started);
 
         // The task statement sits near the start, and truncation cuts from
         // the left: a long conversation keeps its latest tokens.
@@ -374,7 +410,7 @@ impl Router {
         // Fails on an empty text, as the backbone would; a cache must not
         // answer it with an empty pool.
         let kept = self.truncate(&ids)?;
-        t.truncate_ms = ms(started);
+        t.truncate_ms = elapsed_ms(started);
         Ok((kept, ids.len()))
     }
 
@@ -385,14 +421,14 @@ impl Router {
         let kept = job.kept.as_slice();
         let started = Instant::now();
         let lookup = cache.lookup(&self.namespace(), kept);
-        job.timings.lookup_ms = ms(started);
+        job.timings.lookup_ms = elapsed_ms(started);
         let (reused, mut state) = (lookup.matched, lookup.state.clone());
         let started = Instant::now();
         let suffix = &kept[reused..];
         if suffix.is_empty() {
             // The whole text is held: its pooled embedding needs no prefill.
             cache.release(lookup);
-            job.timings.prefill_ms = ms(started);
+            job.timings.prefill_ms = elapsed_ms(started);
             job.timings.insert_ms = 0.0;
         } else {
             let segment = match self.backbone.prefill(&lookup.state, suffix) {
@@ -406,10 +442,10 @@ impl Router {
                 }
             };
             state.push(SegmentView::whole(segment.clone()));
-            job.timings.prefill_ms = ms(started);
+            job.timings.prefill_ms = elapsed_ms(started);
             let started = Instant::now();
             cache.insert(kept, lookup, segment);
-            job.timings.insert_ms = ms(started);
+            job.timings.insert_ms = elapsed_ms(started);
         }
         job.prefix = Some(PrefixReuse {
             reused_tokens: reused,
@@ -435,7 +471,7 @@ impl Router {
         // similarity scoring compares.
         let started = Instant::now();
         let pooled = PooledFeatures { mean: job.state.mean_embedding(hidden, lead), last: job.state.last_embedding(hidden) };
-        t.prefill_ms += ms(started);
+        t.prefill_ms += elapsed_ms(started);
         let query = &pooled.mean;
 
         // The stacked matrix is built once per pool load; per call this stage
@@ -443,7 +479,7 @@ impl Router {
         let started = Instant::now();
         let matrix = self.descriptor_matrix.as_slice();
         debug_assert_eq!(matrix.len(), hidden * self.pool.candidates.len());
-        t.stack_ms = ms(started);
+        t.stack_ms = elapsed_ms(started);
 
         let started = Instant::now();
         let cosines: Vec<f32> = matrix.chunks_exact(hidden).map(|row| row.iter().zip(query).map(|(a, b)| a * b).sum()).collect();
@@ -451,7 +487,7 @@ impl Router {
             Some(head) => head.probabilities(pooled.get(head.head.pooling)),
             None => softmax(&cosines, self.config.temperature),
         };
-        t.score_ms = ms(started);
+        t.score_ms = elapsed_ms(started);
         let keep = job.kept.len();
         let scores = Scores {
             scores,
@@ -474,7 +510,7 @@ impl Router {
         let mut job = PendingDecide::new(String::new(), 0.0, kept, tokens_total, timings);
         self.prefill_chunk(&mut job, usize::MAX)?;
         let (mut scores, _) = self.score(&mut job);
-        scores.timings.total_ms = ms(started);
+        scores.timings.total_ms = elapsed_ms(started);
         Ok(scores)
     }
 
@@ -559,7 +595,7 @@ impl Router {
             Some(cache) => self.prefill_cached(&mut job, cache)?,
         }
         let (mut decision, pooled) = self.conclude(job)?;
-        decision.timings.total_ms = ms(call);
+        decision.timings.total_ms = elapsed_ms(call);
         Ok((decision, pooled))
     }
 
@@ -581,14 +617,14 @@ impl Router {
                 )))
             }
         };
-        t.mode_ms = ms(started);
+        t.mode_ms = elapsed_ms(started);
 
         let started = Instant::now();
         if conversation.messages.iter().all(|m| m.content.trim().is_empty()) {
             return Err(RouterError::Request("the conversation is empty".into()));
         }
         let routing_text = conversation.routing_text(self.tokenizer.layout);
-        t.assemble_ms = ms(started);
+        t.assemble_ms = elapsed_ms(started);
 
         let (kept, tokens_total) = self.encode(&routing_text, &mut t)?;
         let mut job = PendingDecide::new(mode_name, cost_weight, kept, tokens_total, t);
@@ -613,7 +649,7 @@ impl Router {
         job.state.push(SegmentView::whole(Arc::new(segment)));
         job.prefilled += take;
         job.chunks += 1;
-        let spent = ms(started);
+        let spent = elapsed_ms(started);
         job.timings.prefill_ms += spent;
         job.busy_ms += spent;
         Ok(take)
@@ -628,7 +664,7 @@ impl Router {
         let busy = job.busy_ms;
         let started = Instant::now();
         let (mut decision, _) = self.conclude(job)?;
-        decision.timings.total_ms = busy + ms(started);
+        decision.timings.total_ms = busy + elapsed_ms(started);
         Ok(decision)
     }
 
@@ -650,12 +686,12 @@ impl Router {
                 })
                 .collect(),
         };
-        t.cost_ms = ms(started);
+        t.cost_ms = elapsed_ms(started);
 
         let started = Instant::now();
         let ids: Vec<&str> = self.pool.candidates.iter().map(|c| c.id.as_str()).collect();
         let ranked = crate::decision::rank(&ids, &scores.scores, &scores.cosines, &costs, job.cost_weight);
-        t.rank_ms = ms(started);
+        t.rank_ms = elapsed_ms(started);
         let scoring = self.head.as_ref().map_or_else(|| "similarity".to_string(), |h| h.id.clone());
         let decision = Decision {
             scoring,

@@ -11,7 +11,7 @@ fn router(config: RouterConfig) -> Router {
 #[test]
 fn decide_ranks_every_candidate_with_costs_and_stage_timings() {
     let r = router(RouterConfig::default());
-    assert_eq!(r.checkpoint_id, "gguf-b179c952");
+    assert_eq!(r.checkpoint_id(), "gguf-b179c952");
     assert_eq!(r.weight_type, "Q4_1");
     let conv = Conversation::user("TimeSeries: misleading exception when required column check fails. Fix the bug in astropy.");
     let d = r.decide(&conv, None).unwrap();
@@ -119,6 +119,15 @@ fn stepped_truncation_keeps_the_window_start_so_the_prefix_stays_cached() {
     let err =
         Router::load(&assets, RouterConfig { max_tokens: 64, truncation_step: 64, ..RouterConfig::default() }).err().unwrap().to_string();
     assert!(err.contains("truncation step 64 must be at least 1 and less than the 64 text tokens"), "{err}");
+    // Changed after load, the same rule holds (the truncation study's way in).
+    let mut r = Router::load(&assets, RouterConfig { max_tokens: 64, ..RouterConfig::default() }).unwrap();
+    for bad in [0, 64] {
+        let err = r.set_truncation_step(bad).unwrap_err().to_string();
+        assert!(err.contains(&format!("truncation step {bad} must be at least 1")), "{err}");
+    }
+    assert_eq!(r.config().truncation_step, 1);
+    r.set_truncation_step(16).unwrap();
+    assert_eq!(r.config().truncation_step, 16);
 }
 
 /// The integer kernels against the f32 path on the end-to-end test's

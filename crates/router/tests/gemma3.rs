@@ -33,7 +33,7 @@ fn load(config: RouterConfig) -> router::Result<Router> {
 #[test]
 fn gemma3_decides_with_its_own_id_layout_bos_and_truncation() {
     let r = router(RouterConfig { max_tokens: 64, ..RouterConfig::default() });
-    assert_eq!(r.checkpoint_id, "gguf-a5fd3b62");
+    assert_eq!(r.checkpoint_id(), "gguf-a5fd3b62");
     assert_eq!(r.weight_type, "Q4_K_M");
     assert_eq!(r.backbone.hparams.architecture.name, "gemma3");
     assert_eq!((r.tokenizer.bos, r.tokenizer.layout), (Some(2), TurnLayout::Gemma));

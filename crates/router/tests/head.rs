@@ -17,11 +17,11 @@ fn head_for(r: &Router, favourite: usize) -> Head {
     let hidden = r.backbone.hparams.hidden;
     Head {
         schema: HEAD_SCHEMA.into(),
-        backbone_checkpoint_id: r.backbone_checkpoint_id.clone(),
+        backbone_checkpoint_id: r.backbone_checkpoint_id().to_string(),
         hidden,
         pooling: Pooling::Last,
-        router_max_tokens: r.config.max_tokens,
-        truncation: r.config.truncation,
+        router_max_tokens: r.config().max_tokens,
+        truncation: r.config().truncation,
         modes: r
             .pool
             .modes
@@ -84,11 +84,11 @@ fn a_head_scores_by_its_probabilities_and_names_itself_in_the_checkpoint_id() {
     let favourite = 5;
     let bytes = serde_json::to_vec(&head_for(&r, favourite)).unwrap();
     r.attach_head(&bytes, "head.json").unwrap();
-    assert!(r.checkpoint_id.starts_with("gguf-b179c952+head-"), "{}", r.checkpoint_id);
+    assert!(r.checkpoint_id().starts_with("gguf-b179c952+head-"), "{}", r.checkpoint_id());
     let (d, features) = r.decide_with_features(&conversation, Some("quality"), None).unwrap();
     assert!(d.scoring.starts_with("head-"));
     assert_eq!(d.ranked[0].id, r.pool.candidates[favourite].id, "cost-blind: the head's favourite wins");
-    let p = r.head.as_ref().unwrap().probabilities(&features.last);
+    let p = r.head().unwrap().probabilities(&features.last);
     let top = d.ranked.iter().find(|x| x.id == r.pool.candidates[favourite].id).unwrap();
     assert_eq!(top.score, p[favourite]);
     // The head's own λ for economy (10, not the pool's 2): cost dominates,
@@ -99,7 +99,7 @@ fn a_head_scores_by_its_probabilities_and_names_itself_in_the_checkpoint_id() {
     assert_eq!(economy.ranked[0].estimated_cost_usd, 0.1);
 
     r.detach_head();
-    assert_eq!(r.checkpoint_id, "gguf-b179c952");
+    assert_eq!(r.checkpoint_id(), "gguf-b179c952");
 }
 
 #[test]
@@ -117,7 +117,7 @@ fn a_head_that_does_not_fit_is_refused_with_the_reason() {
     for (head, expected) in cases {
         let err = r.attach_head(&serde_json::to_vec(&head).unwrap(), "head.json").unwrap_err().to_string();
         assert!(err.contains("head.json: scoring head") && err.contains(expected), "{err}");
-        assert!(r.head.is_none() && r.checkpoint_id == "gguf-b179c952");
+        assert!(r.head().is_none() && r.checkpoint_id() == "gguf-b179c952");
     }
     let err = r.attach_head(b"{ not json", "head.json").unwrap_err().to_string();
     assert!(err.starts_with("head.json: scoring head:"), "{err}");

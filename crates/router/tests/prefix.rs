@@ -111,7 +111,7 @@ fn precision_names_are_serde_names() {
     for precision in [router::Precision::Quantized, router::Precision::DequantizedF32] {
         assert_eq!(serde_json::to_value(precision).unwrap(), precision.name());
     }
-    assert_eq!(router("qwen3", 1024).namespace().precision, "dequantized_f32");
+    assert_eq!(router("qwen3", 1024).namespace().precision, router::Precision::DequantizedF32);
 }
 
 #[test]

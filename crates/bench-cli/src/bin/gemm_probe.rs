@@ -91,9 +91,9 @@ fn run(args: Args) -> anyhow::Result<()> {
         };
         serde_json::json!({ "attention": router::attention::probe(shape, args.repeats) })
     } else if args.kernels {
-        serde_json::json!({ "kernels": router::model::integer_kernel_probes(args.m, args.k, args.n, args.repeats)? })
+        serde_json::json!({ "kernels": router::probe::integer_kernel_probes(args.m, args.k, args.n, args.repeats)? })
     } else {
-        let probe = router::model::gemm_probe(args.m, args.k, args.n, args.repeats, args.precision.into())?;
+        let probe = router::probe::gemm_probe(args.m, args.k, args.n, args.repeats, args.precision.into())?;
         serde_json::json!({ "probe": probe })
     };
     if let Some(path) = &args.checkpoint {

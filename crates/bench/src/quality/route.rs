@@ -164,11 +164,11 @@ pub fn train_head(
         .collect();
     router::Head {
         schema: router::head::HEAD_SCHEMA.into(),
-        backbone_checkpoint_id: router.backbone_checkpoint_id.clone(),
+        backbone_checkpoint_id: router.backbone_checkpoint_id().to_string(),
         hidden: router.backbone.hparams.hidden,
         pooling,
-        router_max_tokens: router.config.max_tokens,
-        truncation: router.config.truncation,
+        router_max_tokens: router.config().max_tokens,
+        truncation: router.config().truncation,
         modes: super::MODES.iter().zip(selected.lambdas).map(|((name, _), l)| (name.to_string(), l)).collect(),
         candidates,
         trained_on: format!("{trained_on}; {} pooling, L2 regularisation {} (5-fold CV over all tasks)", pooling.name(), selected.reg),

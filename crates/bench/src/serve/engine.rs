@@ -4,7 +4,7 @@
 //! [`Router::finish_decide`], each call timed with `web-time`. The native
 //! CLI and the browser worker both use it.
 
-use router::{Conversation, Message, PendingDecide, Role, Router};
+use router::{elapsed_ms, Conversation, Message, PendingDecide, Role, Router};
 use web_time::Instant;
 
 use super::{Engine, Finished, TracePrompt};
@@ -56,12 +56,8 @@ impl<'a> RouterEngine<'a> {
         let (mut job, _) = self.begin(heaviest)?;
         self.prefill(&mut job, usize::MAX)?;
         self.finish(job)?;
-        Ok(ms(started))
+        Ok(elapsed_ms(started))
     }
-}
-
-fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1000.0
 }
 
 impl Engine for RouterEngine<'_> {
@@ -70,7 +66,7 @@ impl Engine for RouterEngine<'_> {
     fn begin(&mut self, prompt: usize) -> Result<(PendingDecide, f64), String> {
         let started = Instant::now();
         let job = self.router.begin_decide(&self.conversations[prompt], self.mode.as_deref()).map_err(|e| e.to_string())?;
-        Ok((job, ms(started)))
+        Ok((job, elapsed_ms(started)))
     }
 
     fn remaining(&self, job: &PendingDecide) -> usize {
@@ -80,13 +76,13 @@ impl Engine for RouterEngine<'_> {
     fn prefill(&mut self, job: &mut PendingDecide, max_tokens: usize) -> Result<f64, String> {
         let started = Instant::now();
         self.router.prefill_chunk(job, max_tokens).map_err(|e| e.to_string())?;
-        Ok(ms(started))
+        Ok(elapsed_ms(started))
     }
 
     fn finish(&mut self, job: PendingDecide) -> Result<Finished, String> {
         let started = Instant::now();
         let decision = self.router.finish_decide(job).map_err(|e| e.to_string())?;
         let top = decision.ranked.first().map(|r| r.id.clone()).unwrap_or_default();
-        Ok(Finished { top, other_ms: ms(started) })
+        Ok(Finished { top, other_ms: elapsed_ms(started) })
     }
 }

@@ -1,0 +1,112 @@
+//! Benchmark probes: the attainable rate of this build's projection GEMM
+//! (`gemm-probe`, the page's probe button, the peer bench's GEMM floor) and
+//! of every integer kernel this CPU runs. Kept apart from the forward pass
+//! they measure, through the same `Weights` it multiplies with.
+
+use candle_core::{Device, Tensor};
+use web_time::Instant;
+
+use crate::elapsed_ms;
+use crate::error::{Result, RouterError};
+use crate::integer::IntPacked;
+use crate::model::{Precision, Weights};
+
+/// Times the projection GEMM a prefill at `precision` runs, `[m × k]` times
+/// a `[n × k]` weight, through the very `Linear` the backbone uses, so the
+/// rate is what this build's matmul attains on this device (native or
+/// wasm32), not a separate kernel's. The integer path's weight is a Q4_1-like
+/// one (4-bit values, a scale and minimum per 32), its time includes the
+/// activations' quantization, and its rate counts the same 2·m·k·n
+/// operations, so the two rates compare directly.
+pub fn gemm_probe(m: usize, k: usize, n: usize, repeats: usize, precision: Precision) -> Result<crate::GemmProbe> {
+    let x = probe_values(m * k, 1);
+    let weight = match precision {
+        Precision::IntegerQ8 if k.is_multiple_of(crate::integer::BLOCK) => Weights::Integer(probe_integer_weight(n, k)),
+        _ => Weights::from_f32(Tensor::from_vec(probe_values(n * k, 5), (n, k), &Device::Cpu)?)?,
+    };
+    let kernel = match &weight {
+        Weights::Integer(_) => crate::integer::kernel_name().to_string(),
+        _ => format!("f32{}", crate::kernels::KERNEL_NOTE),
+    };
+    time_probe(m, k, n, repeats, kernel, || weight.forward(&x, m))
+}
+
+/// The integer product through every kernel this build and CPU run (the
+/// one prefills use first), each timed as [`gemm_probe`] times it: the
+/// activations' quantization included, repeats alternated between kernels
+/// so that a noisy machine's slow spell does not fall on one of them.
+pub fn integer_kernel_probes(m: usize, k: usize, n: usize, repeats: usize) -> Result<Vec<crate::GemmProbe>> {
+    if !k.is_multiple_of(crate::integer::BLOCK) {
+        return Err(RouterError::Request(format!(
+            "the integer kernels need a width that is a multiple of {}, not {k}",
+            crate::integer::BLOCK
+        )));
+    }
+    let (x, weight) = (probe_values(m * k, 1), probe_integer_weight(n, k));
+    let kernels = crate::integer::kernels();
+    let product = |kernel| weight.matmul_with(&crate::integer::Activations::quantize(&x, m, k, 32), kernel);
+    let mut times = vec![Vec::with_capacity(repeats.max(1)); kernels.len()];
+    for &kernel in &kernels {
+        // One untimed call each: the first allocates.
+        std::hint::black_box(product(kernel));
+    }
+    for _ in 0..repeats.max(1) {
+        for (&kernel, times) in kernels.iter().zip(&mut times) {
+            let started = Instant::now();
+            std::hint::black_box(product(kernel));
+            times.push(elapsed_ms(started));
+        }
+    }
+    Ok(kernels.iter().zip(times).map(|(kernel, times)| probe_result(m, k, n, times, kernel.name.to_string())).collect())
+}
+
+/// Varied values, so no kernel meets only zeros or ones.
+fn probe_values(len: usize, salt: usize) -> Vec<f32> {
+    (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect()
+}
+
+/// A Q4_1-like weight for the integer probes: 4-bit values, a scale and a
+/// minimum per 32.
+fn probe_integer_weight(n: usize, k: usize) -> IntPacked {
+    IntPacked::from_row_fn(n, k, 32, |r, q, scales, mins| {
+        q.iter_mut().enumerate().for_each(|(i, v)| *v = ((r * 5 + i * 3) % 16) as u8);
+        scales.iter_mut().enumerate().for_each(|(g, v)| *v = 0.01 + ((r + g) % 7) as f32 * 0.002);
+        mins.iter_mut().enumerate().for_each(|(g, v)| *v = -0.05 + ((r + 3 * g) % 5) as f32 * 0.01);
+    })
+}
+
+fn time_probe(
+    m: usize,
+    k: usize,
+    n: usize,
+    repeats: usize,
+    kernel: String,
+    product: impl Fn() -> Result<Vec<f32>>,
+) -> Result<crate::GemmProbe> {
+    // One untimed call: the first allocates.
+    product()?;
+    let mut times = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        let started = Instant::now();
+        // Make sure the result exists before the clock stops.
+        std::hint::black_box(product()?);
+        times.push(elapsed_ms(started));
+    }
+    Ok(probe_result(m, k, n, times, kernel))
+}
+
+fn probe_result(m: usize, k: usize, n: usize, mut times: Vec<f64>, kernel: String) -> crate::GemmProbe {
+    times.sort_by(f64::total_cmp);
+    // A clock coarser than the call (some browsers round to 0.1 ms) must not divide by zero.
+    let best_ms = times[0].max(1e-3);
+    crate::GemmProbe {
+        m,
+        k,
+        n,
+        repeats: times.len(),
+        best_ms,
+        median_ms: times[times.len() / 2],
+        gflops: 2.0 * (m * k * n) as f64 / best_ms / 1e6,
+        kernel,
+    }
+}
