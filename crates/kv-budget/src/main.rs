@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use cli_conventions::usage;
 use kv::{units, Form};
 use serde::Serialize;
 
@@ -60,27 +61,10 @@ struct Output<'a> {
 }
 
 /// Exit code 2 when the command line is wrong (clap's own parse errors and
-/// [`usage`] errors: an invalid field, an unknown preset), 1 when something
+/// `usage` errors: an invalid field, an unknown preset), 1 when something
 /// failed while running (a file that cannot be read or imported).
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => match e.downcast_ref::<clap::Error>() {
-            Some(usage) => {
-                eprint!("kv-budget: {}", usage.render());
-                ExitCode::from(2)
-            }
-            None => {
-                eprintln!("kv-budget: {e:#}");
-                ExitCode::from(1)
-            }
-        },
-    }
-}
-
-/// A usage error found after parsing, reported like clap's own.
-fn usage(message: impl std::fmt::Display) -> anyhow::Error {
-    clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{message}\n")).into()
+    cli_conventions::exit("kv-budget", run(Args::parse()))
 }
 
 fn run(args: Args) -> Result<()> {
@@ -178,10 +162,6 @@ mod tests {
 
     #[test]
     fn every_flag_is_documented() {
-        let command = super::Args::command();
-        command.clone().debug_assert();
-        for arg in command.get_arguments().filter(|a| !["help", "version"].contains(&a.get_id().as_str())) {
-            assert!(arg.get_help().is_some(), "--{} has no help text", arg.get_id());
-        }
+        cli_conventions::assert_documented(&super::Args::command());
     }
 }
