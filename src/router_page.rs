@@ -870,7 +870,17 @@ fn bytes_label(n: f64) -> String {
 
 #[component]
 fn ModelCard(ctx: Ctx) -> impl IntoView {
-    let busy = move || ctx.status.get() == Status::Loading || ctx.job.get().is_some() || !ctx.worker_started.get();
+    // Every job the worker may be on, the short ones too: a Load pressed
+    // during a Decide or the GEMM probe was refused by the busy worker, and
+    // the page, having cleared the model to load another, showed none while
+    // the worker still held it.
+    let busy = move || {
+        ctx.status.get() == Status::Loading
+            || ctx.job.get().is_some()
+            || ctx.deciding.get()
+            || ctx.probing.get()
+            || !ctx.worker_started.get()
+    };
     let on_drop = move |ev: leptos::ev::DragEvent| {
         ev.prevent_default();
         if let Some(file) = ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0)) {

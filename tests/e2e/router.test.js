@@ -100,8 +100,28 @@ test('load, decide, bench, export, compare and share on the real model', async (
   await page.getByTestId('task-select').selectOption({ index: 3 });
   assert.ok((await page.getByTestId('conv-user').inputValue()).length > 100, 'the task fills the user turn');
   await page.getByTestId('conv-user').fill((await page.getByTestId('conv-user').inputValue()).slice(0, 400));
+  // While it decides, Load cannot be pressed (the busy worker would refuse
+  // it, and the page would show no model while the worker kept one).
+  const loadWhileDeciding = page.evaluate(
+    () =>
+      new Promise((ok) => {
+        const button = document.querySelector('[data-testid=decide-button]');
+        const seen = [];
+        setTimeout(() => ok(seen), 60_000);
+        const observer = new MutationObserver(() => {
+          if (button.textContent === 'Deciding…') seen.push(document.querySelector('[data-testid=model-load]').disabled);
+          else if (seen.length) {
+            observer.disconnect();
+            ok(seen);
+          }
+        });
+        observer.observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
+      }),
+  );
   await page.getByTestId('decide-button').click();
   await page.getByTestId('decide-result').waitFor({ timeout: 120_000 });
+  const disabledWhileDeciding = await loadWhileDeciding;
+  assert.ok(disabledWhileDeciding.length > 0 && disabledWhileDeciding.every(Boolean), `Load while deciding, disabled: ${disabledWhileDeciding}`);
   const rows = await page.locator('[data-testid=decide-row]').count();
   assert.equal(rows, 8);
   const utilities = await page.locator('[data-testid=decide-row] td:nth-child(6)').allTextContents();
