@@ -86,8 +86,8 @@ fn truncation_point(
 
 pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Output) -> Result<()> {
     // The flags are checked before anything is loaded.
-    if q.limit.is_some_and(|limit| limit < 20) {
-        return Err(usage(format!("--limit {}: cross-validation needs at least 20 tasks", q.limit.unwrap_or(0))));
+    if let Some(limit) = q.limit.filter(|&limit| limit < 20) {
+        return Err(usage(format!("--limit {limit}: cross-validation needs at least 20 tasks")));
     }
     if q.seeds == 0 {
         return Err(usage("--seeds 0: give at least one seed"));

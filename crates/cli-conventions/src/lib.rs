@@ -44,6 +44,9 @@ pub struct Progress {
     tool: String,
     weights: Vec<f64>,
     started: Instant,
+    /// When the first step started: the time left is estimated from the
+    /// steps' own time, not from the loading and warm-up before them.
+    first_step: Option<Instant>,
     /// Steps started so far.
     step: usize,
     terminal: bool,
@@ -59,6 +62,7 @@ impl Progress {
             tool: tool.to_string(),
             weights,
             started: Instant::now(),
+            first_step: None,
             step: 0,
             terminal: std::io::stderr().is_terminal(),
             quiet,
@@ -71,9 +75,9 @@ impl Progress {
         self.end_in_place_line();
         self.step += 1;
         self.tenth = None;
-        let elapsed = self.started.elapsed();
-        let left = remaining(&self.weights, self.step - 1, elapsed);
-        self.say(&step_line(self.step, self.weights.len(), what, elapsed, left));
+        let stepping = self.first_step.get_or_insert_with(Instant::now).elapsed();
+        let left = remaining(&self.weights, self.step - 1, stepping);
+        self.say(&step_line(self.step, self.weights.len(), what, self.started.elapsed(), left));
     }
 
     /// A line of its own (not a step).
@@ -118,8 +122,9 @@ impl Drop for Progress {
     }
 }
 
-/// The time left, from the time the `done` first steps took and the
-/// weights of the rest; `None` before any step has finished.
+/// The time left, from the time the `done` first steps took (`elapsed`
+/// since the first began) and the weights of the rest; `None` before any
+/// step has finished.
 pub fn remaining(weights: &[f64], done: usize, elapsed: Duration) -> Option<Duration> {
     let finished: f64 = weights.iter().take(done).sum();
     let left: f64 = weights.iter().skip(done).sum();

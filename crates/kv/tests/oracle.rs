@@ -1,8 +1,8 @@
 //! Property test: the calculator's checked `u128` arithmetic against an
 //! arbitrary-precision oracle (num-bigint) on 100,000 proptest cases, a share
 //! of them at the extremes of every input's range (a failure shrinks to a
-//! small case). A case either agrees to the
-//! bit or reports overflow exactly when the true value exceeds `u128`.
+//! small case). A case either agrees to the bit or reports overflow exactly
+//! when the true value exceeds `u128`.
 
 // proptest is a native dev-dependency (the wasm32 lint pass builds tests too).
 #![cfg(not(target_arch = "wasm32"))]
