@@ -40,7 +40,7 @@ step "clippy native"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "clippy wasm32 (std::time::Instant banned)"
-CLIPPY_CONF_DIR=scripts/clippy_wasm cargo clippy --target wasm32-unknown-unknown -p workbench -p kv -p router -p bench -p wire -p router-worker --all-targets -- -D warnings
+CLIPPY_CONF_DIR=scripts/clippy_wasm cargo clippy --target wasm32-unknown-unknown -p workbench -p kv -p router -p serving -p bench -p wire -p router-worker --all-targets -- -D warnings
 
 # The page and the worker have no native tests (their tests run in the
 # browser below); excluding them keeps Leptos and web-sys out of this

@@ -15,7 +15,7 @@ use bench::report::{format_ms, Report};
 use bench::Protocol;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use wire::{FromWorker, ModelInfo, Source, ToWorker};
+use wire::{FromWorker, JobEvent, JobId, JobProgress, JobRequest, JobResult, LoadSource, ModelInfo, Source, ToWorker};
 
 use crate::browser;
 use crate::report_view::measured_where;
@@ -78,6 +78,8 @@ struct Widget {
     model: RwSignal<Option<ModelInfo>>,
     share_link: RwSignal<Option<String>>,
     client: StoredValue<Option<WorkerClient>, LocalStorage>,
+    /// The job the widget started last: answers about any other are stale.
+    job: StoredValue<JobId>,
 }
 
 impl Widget {
@@ -127,8 +129,11 @@ impl Widget {
         self.phase.set(Phase::Failed(message));
     }
 
-    fn send(self, message: &ToWorker) -> bool {
-        match self.client.with_value(|c| c.as_ref().map(|c| c.send(message, None))) {
+    /// Starts a job, the widget's only one from now on.
+    fn start(self, job: JobRequest) -> bool {
+        self.job.update_value(|id| id.0 += 1);
+        let message = ToWorker::Start { id: self.job.get_value(), job };
+        match self.client.with_value(|c| c.as_ref().map(|c| c.send(&message, None))) {
             Some(Ok(())) => true,
             Some(Err(e)) => {
                 self.fail(e);
@@ -146,7 +151,7 @@ impl Widget {
             Ok((_, precision)) => precision,
             Err(e) => return self.fail(e),
         };
-        if self.send(&ToWorker::LoadBundled { on_request: None, precision }) {
+        if self.start(JobRequest::Load { source: LoadSource::Site { on_request: None }, precision }) {
             self.phase.set(Phase::Loading { stage: "starting".into(), done: 0, total: None });
         }
     }
@@ -158,59 +163,58 @@ impl Widget {
             Ok((protocol, _)) => protocol,
             Err(e) => return self.fail(e),
         };
-        let message = ToWorker::Bench {
+        let job = JobRequest::Bench {
             lengths: protocol.lengths,
             warmup: protocol.warmup,
             iterations: protocol.iterations,
             encode_iterations: Some(0),
             mode: None,
         };
-        if self.send(&message) {
+        if self.start(job) {
             self.phase.set(Phase::Running { done: 0, overall: 0, prompt_tokens: 0 });
         }
     }
 
     fn on_message(self, message: FromWorker) {
         match message {
-            FromWorker::Started { .. } => self.load(),
-            FromWorker::LoadProgress { stage, done, total } => {
-                // The bench reloads the router before its cold calls; that is
-                // part of the run, not a new load.
-                if !matches!(self.phase.get_untracked(), Phase::Running { .. }) {
-                    self.phase.set(Phase::Loading { stage, done, total });
-                }
-            }
-            FromWorker::Loaded { model } => {
-                self.model.set(Some(*model));
-                if matches!(self.phase.get_untracked(), Phase::Starting | Phase::Loading { .. }) {
-                    self.bench();
-                }
-            }
-            FromWorker::BenchStarted { overall, .. } => self.phase.set(Phase::Running { done: 0, overall, prompt_tokens: 0 }),
-            FromWorker::BenchStep { prompt_tokens, overall_done, overall, .. } => {
-                self.phase.set(Phase::Running { done: overall_done, overall, prompt_tokens })
-            }
-            FromWorker::BenchDone { report, .. } => {
-                self.report.set(Some((*report, Origin::Live)));
-                self.phase.set(Phase::Shown);
-            }
-            FromWorker::Failed { message, .. } => self.fail(message),
+            FromWorker::Hello { .. } => self.load(),
+            FromWorker::Job { id, event } if id == self.job.get_value() => self.on_job(event),
+            FromWorker::Job { .. } | FromWorker::Storage { .. } => {}
+            // Only a load's keeping or a message can fail outside a job; a
+            // load that was not kept still loaded.
+            FromWorker::Problem { .. } => {}
             FromWorker::Panicked { message } => {
                 self.client.set_value(None);
                 self.model.set(None);
                 self.fail(format!("The router worker crashed ({message}). Press Run to start it again."));
             }
-            FromWorker::Storage { .. }
-            | FromWorker::Decided { .. }
-            | FromWorker::GemmProbed { .. }
-            | FromWorker::PrefixStep { .. }
-            | FromWorker::PrefixDone { .. }
-            | FromWorker::TaskRouted { .. }
-            | FromWorker::RouteDone { .. }
-            | FromWorker::ServeStarted { .. }
-            | FromWorker::ServeTick { .. }
-            | FromWorker::ServeRunDone { .. }
-            | FromWorker::ServeDone { .. } => {}
+        }
+    }
+
+    fn on_job(self, event: JobEvent) {
+        match event {
+            JobEvent::Started | JobEvent::Progress(JobProgress::Reloaded(_)) => {}
+            JobEvent::Progress(JobProgress::Load(progress)) => {
+                self.phase.set(Phase::Loading { stage: progress.label(), done: progress.done, total: progress.total })
+            }
+            JobEvent::Progress(JobProgress::BenchPrompts { overall, .. }) => {
+                self.phase.set(Phase::Running { done: 0, overall, prompt_tokens: 0 })
+            }
+            JobEvent::Progress(JobProgress::BenchStep(step)) => {
+                self.phase.set(Phase::Running { done: step.overall_done, overall: step.overall, prompt_tokens: step.prompt_tokens })
+            }
+            JobEvent::Progress(_) => {}
+            JobEvent::Finished { result: JobResult::Loaded(model), .. } => {
+                self.model.set(Some(*model));
+                self.bench();
+            }
+            JobEvent::Finished { result: JobResult::Bench(report), .. } => {
+                self.report.set(Some((*report, Origin::Live)));
+                self.phase.set(Phase::Shown);
+            }
+            JobEvent::Finished { .. } => {}
+            JobEvent::Rejected(why) => self.fail(format!("The router worker refused: {why}.")),
+            JobEvent::Failed { message } => self.fail(message),
         }
     }
 
@@ -253,6 +257,7 @@ pub fn LatencyWidget() -> impl IntoView {
         model: RwSignal::new(None),
         share_link: RwSignal::new(None),
         client: StoredValue::new_local(None),
+        job: StoredValue::new(JobId(0)),
     };
     let link_problem = match shared {
         Some(Ok(report)) => {

@@ -47,11 +47,11 @@ pub enum PolicyArg {
     ShortestFirst,
 }
 
-impl From<PolicyArg> for bench::serve::Policy {
-    fn from(arg: PolicyArg) -> bench::serve::Policy {
+impl From<PolicyArg> for serving::Policy {
+    fn from(arg: PolicyArg) -> serving::Policy {
         match arg {
-            PolicyArg::Fcfs => bench::serve::Policy::Fcfs,
-            PolicyArg::ShortestFirst => bench::serve::Policy::ShortestFirst,
+            PolicyArg::Fcfs => serving::Policy::Fcfs,
+            PolicyArg::ShortestFirst => serving::Policy::ShortestFirst,
         }
     }
 }
@@ -98,7 +98,7 @@ mod tests {
         }
         for arg in PolicyArg::value_variants() {
             let name = arg.to_possible_value().unwrap().get_name().to_string();
-            assert_eq!(bench::serve::Policy::parse(&name).ok(), Some(bench::serve::Policy::from(*arg)), "{name}");
+            assert_eq!(serving::Policy::parse(&name).ok(), Some(serving::Policy::from(*arg)), "{name}");
         }
     }
 

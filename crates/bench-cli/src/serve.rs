@@ -9,9 +9,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use bench::report::{Provenance, Report};
 use bench::serve::engine::{user_turn, RouterEngine};
-use bench::serve::{self, Policy, ServeRun, ServeSettings, ServeStudy, Step};
+use bench::serve::{self, ServeStudy};
 use bench_cli::cli::{usage, ChunkArg, PolicyArg, Progress};
 use bench_cli::{read, Loaded, RouterFlags};
+use serving::{Policy, ServeRun, ServeSettings, Step};
 use web_time::Instant;
 
 #[derive(clap::Args, Debug)]
@@ -127,8 +128,8 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path, output: crate::Outpu
     let (named, replay, arrivals_name) = match &s.trace {
         Some(path) => {
             let text = String::from_utf8(read(path, "--trace")?).context("--trace: not UTF-8")?;
-            let lines = serve::parse_trace(&text).with_context(|| format!("--trace {}", path.display()))?;
-            let (named, arrivals) = serve::trace_arrivals(&lines, &named).with_context(|| format!("--trace {}", path.display()))?;
+            let lines = serving::parse_trace(&text).with_context(|| format!("--trace {}", path.display()))?;
+            let (named, arrivals) = serving::trace_arrivals(&lines, &named).with_context(|| format!("--trace {}", path.display()))?;
             (named, Some(arrivals), path.display().to_string())
         }
         None => (named, None, "poisson".to_string()),
@@ -146,14 +147,14 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path, output: crate::Outpu
     for mut settings in plan {
         let arrivals = match &replay {
             Some(arrivals) => {
-                serve::fit_to_trace(&mut settings, arrivals);
+                serving::fit_to_trace(&mut settings, arrivals);
                 arrivals.clone()
             }
-            None => serve::poisson_trace(settings.rate_per_s, settings.duration_s, settings.seed, prompts.len()),
+            None => serving::poisson_trace(settings.rate_per_s, settings.duration_s, settings.seed, prompts.len()),
         };
-        let label = serve::run_label(&settings);
+        let label = serving::run_label(&settings);
         log.step(&format!("{label}: {} arrivals over {} s", arrivals.len(), settings.duration_s));
-        let mut server = serve::Server::new(settings, prompts.clone(), arrivals).map_err(anyhow::Error::msg)?;
+        let mut server = serving::Server::new(settings, prompts.clone(), arrivals).map_err(anyhow::Error::msg)?;
         let start = Instant::now();
         let mut clock = || start.elapsed().as_secs_f64() * 1000.0;
         loop {

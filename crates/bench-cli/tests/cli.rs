@@ -220,8 +220,8 @@ fn serve_replays_a_trace_and_keeps_every_request() {
     let study = r.serve().unwrap().unwrap();
     assert_eq!(study.arrivals, trace.display().to_string());
     let run = &study.runs[0];
-    let outcomes: Vec<bench::serve::Outcome> = run.records.iter().map(|r| r.outcome).collect();
-    use bench::serve::Outcome::{Rejected, Served};
+    let outcomes: Vec<serving::Outcome> = run.records.iter().map(|r| r.outcome).collect();
+    use serving::Outcome::{Rejected, Served};
     assert_eq!(outcomes, [Served, Served, Rejected, Served], "{:#?}", run.records);
     assert_eq!(run.records[3].task, "trace-arrival-4");
     for r in run.records.iter().filter(|r| r.outcome == Served) {

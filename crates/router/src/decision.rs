@@ -326,3 +326,16 @@ mod tests {
         assert_eq!(rank(&ids, &scores, &[], &costs, 1.0)[0].id, "c");
     }
 }
+
+/// The steps of building a router, in order, as `Router::load_with_progress`
+/// reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuildStage {
+    /// Parsing the GGUF and preparing the weights.
+    Weights,
+    /// Building the tokenizer (from the GGUF's metadata, or a given file).
+    Tokenizer,
+    /// Encoding the candidates' descriptors, once per candidate.
+    Descriptors,
+}

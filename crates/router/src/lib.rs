@@ -52,8 +52,8 @@ pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role, TurnLayout};
 pub use decision::{
-    rank, top_index, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, Pooling, Precision, PrefixReuse, Ranked, Scores,
-    StageTimings, TruncationSide,
+    rank, top_index, BuildStage, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, Pooling, Precision, PrefixReuse, Ranked,
+    Scores, StageTimings, TruncationSide,
 };
 #[cfg(feature = "engine")]
 pub use error::{Result, RouterError};

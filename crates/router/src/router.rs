@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use web_time::Instant;
 
 pub use crate::decision::{
-    Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, PrefixReuse, Ranked, Scores, StageTimings, TruncationSide,
+    BuildStage, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, PrefixReuse, Ranked, Scores, StageTimings, TruncationSide,
 };
 
 use crate::conversation::Conversation;
@@ -135,9 +135,13 @@ impl Router {
     }
 
     /// [`Router::load`], calling `progress(stage, done, total)` before each
-    /// step (`weights`, `tokenizer`, then `descriptors` once per candidate),
+    /// step (weights, tokenizer, then the descriptors once per candidate),
     /// so a page can say what a long load is doing.
-    pub fn load_with_progress(assets: &RouterAssets, config: RouterConfig, progress: &mut dyn FnMut(&str, usize, usize)) -> Result<Router> {
+    pub fn load_with_progress(
+        assets: &RouterAssets,
+        config: RouterConfig,
+        progress: &mut dyn FnMut(BuildStage, usize, usize),
+    ) -> Result<Router> {
         Router::load_with_cache(assets, config, progress, None)
     }
 
@@ -149,16 +153,16 @@ impl Router {
     pub fn load_with_cache(
         assets: &RouterAssets,
         config: RouterConfig,
-        progress: &mut dyn FnMut(&str, usize, usize),
+        progress: &mut dyn FnMut(BuildStage, usize, usize),
         descriptor_cache: Option<&[u8]>,
     ) -> Result<Router> {
-        progress("weights", 0, 1);
+        progress(BuildStage::Weights, 0, 1);
         let started = Instant::now();
         let checkpoint = Checkpoint::parse_with_sha256(assets.gguf, assets.gguf_name, assets.gguf_sha256)?;
         let backbone = Backbone::load(&checkpoint, config.precision)?;
         let weights_ms = elapsed_ms(started);
 
-        progress("tokenizer", 0, 1);
+        progress(BuildStage::Tokenizer, 0, 1);
         let started = Instant::now();
         let tokenizer = match assets.tokenizer_json {
             Some((bytes, name)) => RouterTokenizer::from_json(bytes, name)?,
@@ -276,14 +280,14 @@ impl Router {
 
     /// Encodes every candidate descriptor (truncated like a routing text)
     /// into the stacked matrix, timing it into the load timings.
-    fn embed_descriptors(&mut self, progress: &mut dyn FnMut(&str, usize, usize)) -> Result<()> {
+    fn embed_descriptors(&mut self, progress: &mut dyn FnMut(BuildStage, usize, usize)) -> Result<()> {
         let started = Instant::now();
         let count = self.pool.candidates.len();
         let mut rows = Vec::with_capacity(count);
         let flops = self.backbone.hparams.flop_model();
         let mut descriptor_flops = 0.0;
         for (i, candidate) in self.pool.candidates.iter().enumerate() {
-            progress("descriptors", i, count);
+            progress(BuildStage::Descriptors, i, count);
             let (row, used) = self.embed_text(&candidate.descriptor)?;
             rows.push(row);
             descriptor_flops += flops.prefill(used);

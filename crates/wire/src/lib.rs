@@ -5,14 +5,21 @@
 //! travel here: the worker fetches and caches the bundled checkpoint itself,
 //! and a file the user picks is handed over as the browser's `File` object
 //! beside the JSON (see [`FILE_FIELD`]), not through this codec.
+//!
+//! Work is a job ([`job`]): started with an id, answered with events that
+//! carry it. The worker's side of that protocol is [`desk`], the page's is
+//! [`session`]; both are plain data, tested natively.
 
-use bench::prefix::PrefixReport;
-use bench::quality::RoutedTask;
-use bench::report::{Provenance, Report};
-use bench::serve::{QueueSample, RunSummary, ServeSettings};
+pub mod desk;
+pub mod job;
+pub mod session;
+
+use bench::report::Provenance;
 use bench::tasks::Task;
-use router::{Conversation, Decision, FlopModel, GemmProbe, LoadTimings, Precision};
+use router::{FlopModel, LoadTimings};
 use serde::{Deserialize, Serialize};
+
+pub use job::{JobEvent, JobId, JobKind, JobProgress, JobRequest, JobResult, LoadProgress, LoadSource, LoadStage, Rejection, TaskPrompt};
 
 /// The property of a posted object holding the JSON text.
 pub const JSON_FIELD: &str = "json";
@@ -58,98 +65,24 @@ impl Manifest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToWorker {
-    /// Load a checkpoint the site's manifest lists, from the browser's cache
-    /// when it is there: the bundled one, or the on-request one whose
-    /// manifest `file` this names. Nothing else is ever fetched.
-    /// `precision` chooses how the weights compute (the link's
-    /// `precision=`); absent, the router's default.
-    LoadBundled {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        on_request: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        precision: Option<Precision>,
-    },
-    /// Load the GGUF `File` attached to this message.
-    LoadFile {
-        name: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        precision: Option<Precision>,
-    },
-    Decide {
-        conversation: Conversation,
-        mode: Option<String>,
-    },
-    /// Run the cold/warm latency protocol. `encode_iterations` is how many
-    /// timed `encode_and_score` calls follow the decides at each length:
-    /// absent, as many as `iterations` (the page and bench-decide); the
-    /// latency widget sends 0, since it shows decide only and a reader waits
-    /// for every call.
-    Bench {
-        lengths: Vec<usize>,
-        warmup: usize,
-        iterations: usize,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        encode_iterations: Option<usize>,
-        mode: Option<String>,
-    },
-    /// Run the field guide's prefix-reuse protocol (note 04) with a long
-    /// conversation of `long_tokens` tokens and `iterations` timed
-    /// follow-ups; Cancel stops it between calls.
-    PrefixProtocol {
-        long_tokens: usize,
-        iterations: usize,
-    },
-    /// Stop a running bench or protocol after the call in progress.
-    Cancel,
-    /// Time the prefill's projection GEMM (`[m × k]` by a `[n × k]` weight).
-    GemmProbe {
-        m: usize,
-        k: usize,
-        n: usize,
-        repeats: usize,
-    },
-    /// Route these tasks through `decide` in every mode: with the
-    /// similarity scoring, then with the trained head in `head_json` (a
-    /// head file's text) when given. One `TaskRouted` per task; Cancel
-    /// stops between tasks.
-    RouteTasks {
-        tasks: Vec<TaskPrompt>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        head_json: Option<String>,
-    },
-    /// The serving test (note 06): each of `runs` in turn, with open-loop
-    /// arrivals of `tasks` (Poisson from each run's seed, or the `trace`
-    /// file's text replayed) against this worker's one engine, in real
-    /// time. Cancel stops between work units.
-    Serve {
-        runs: Vec<ServeSettings>,
-        tasks: Vec<TaskPrompt>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        trace: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        mode: Option<String>,
-    },
+    /// Start a job; every answer about it carries `id`.
+    Start { id: JobId, job: JobRequest },
+    /// Stop the job `id` after the call in progress (the long jobs check
+    /// between calls); ignored when `id` is not the running job.
+    Cancel { id: JobId },
     /// Report storage use and quota.
     Storage,
     /// Delete the cached checkpoint.
     ClearCache,
 }
 
-/// A task to route: its id (to look its outcomes up) and prompt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskPrompt {
-    pub id: String,
-    pub prompt: String,
-}
-
-/// What the worker is doing when something fails.
+/// What failed outside any job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Activity {
-    Load,
-    Decide,
-    Bench,
+pub enum Concern {
+    /// The browser's storage (the cache, its quota).
     Storage,
+    /// A message the worker could not read.
     Message,
 }
 
@@ -233,116 +166,25 @@ pub struct StorageInfo {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FromWorker {
     /// Sent once the worker runs: the task prompts to start from and the build.
-    Started {
+    Hello {
         tasks: Vec<Task>,
         build: BuildInfo,
     },
-    /// Loading progress: `stage` names the step; bytes or items when known.
-    LoadProgress {
-        stage: String,
-        done: u64,
-        total: Option<u64>,
-    },
-    Loaded {
-        model: Box<ModelInfo>,
+    /// About the job `id`.
+    Job {
+        id: JobId,
+        event: JobEvent,
     },
     Storage {
         storage: StorageInfo,
     },
-    Decided {
-        decision: Decision,
-        /// The worker's wasm memory after the decision (its high-water
-        /// mark: wasm memory never shrinks), so a long session can see it
-        /// stays bounded.
-        #[serde(default)]
-        wasm_memory_bytes: u64,
-    },
-    GemmProbed {
-        probe: GemmProbe,
-    },
-    /// A bench started; the prompts' sizes, and whether the router was
-    /// reloaded first so the first call is cold.
-    BenchStarted {
-        prompts: Vec<(usize, usize)>,
-        reloaded: bool,
-        overall: usize,
-    },
-    BenchStep {
-        prompt_tokens: usize,
-        phase: String,
-        ms: f64,
-        done: usize,
-        per_length: usize,
-        overall_done: usize,
-        overall: usize,
-    },
-    /// The report of what was measured (partial when cancelled).
-    BenchDone {
-        report: Box<Report>,
-        cancelled: bool,
-    },
-    /// The prefix protocol ran one more step.
-    PrefixStep {
-        done: usize,
-        total: usize,
-        label: String,
-    },
-    /// What the prefix protocol measured (partial when cancelled).
-    PrefixDone {
-        report: Box<PrefixReport>,
-        cancelled: bool,
-    },
-    /// One more task of a `RouteTasks` was routed.
-    TaskRouted {
-        done: usize,
-        total: usize,
-        routed: RoutedTask,
-    },
-    /// A `RouteTasks` ended (early when cancelled); the ids name the
-    /// checkpoint and head its decisions came from.
-    RouteDone {
-        checkpoint_id: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        head_id: Option<String>,
-        cancelled: bool,
-    },
-    /// A serving test began: the prompt set's size, the runs, and how long
-    /// one whole decide of the heaviest prompt took with nothing queued
-    /// (the worker's warm-up; no step of the test should take much longer,
-    /// so the page sizes its Cancel grace from it).
-    ServeStarted {
-        prompts: usize,
-        runs: usize,
-        unloaded_heaviest_ms: f64,
-    },
-    /// The running serving run's state, at most every 100 ms and at each
-    /// idle wait: what the live queue chart draws.
-    ServeTick {
-        run: usize,
-        sample: QueueSample,
-        finished: usize,
-        arrivals: usize,
-    },
-    /// One run of a serving test ended (`cancelled` runs stop early and
-    /// say so in their label): its figures only; every record arrives in
-    /// `ServeDone`'s report, so the embedded widget, which shares this
-    /// type, does not carry a decoder for them.
-    ServeRunDone {
-        index: usize,
-        label: String,
-        settings: ServeSettings,
-        summary: Box<RunSummary>,
-    },
-    /// The serving test ended: the report with its `serve` section.
-    ServeDone {
-        report: Box<Report>,
-        cancelled: bool,
-    },
-    Failed {
-        during: Activity,
+    /// Something outside any job went wrong (a load that succeeded but
+    /// could not be kept in the cache, an unreadable message).
+    Problem {
+        during: Concern,
         message: String,
     },
-    /// The worker panicked; the page must restart it.
+    /// The worker panicked; the page must replace it.
     Panicked {
         message: String,
     },
@@ -374,27 +216,40 @@ mod tests {
 
     #[test]
     fn messages_round_trip() {
-        let to =
-            ToWorker::Bench { lengths: vec![15, 256], warmup: 1, iterations: 2, encode_iterations: None, mode: Some("economy".into()) };
+        let bench =
+            JobRequest::Bench { lengths: vec![15, 256], warmup: 1, iterations: 2, encode_iterations: None, mode: Some("economy".into()) };
+        let to = ToWorker::Start { id: JobId(3), job: bench };
         assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
-        let widget = ToWorker::Bench { lengths: vec![15], warmup: 0, iterations: 1, encode_iterations: Some(0), mode: None };
-        assert_eq!(ToWorker::from_json(&widget.to_json()).unwrap(), widget);
-        let from = FromWorker::Failed { during: Activity::Load, message: "x.gguf: not a valid GGUF checkpoint".into() };
+        let widget = JobRequest::Bench { lengths: vec![15], warmup: 0, iterations: 1, encode_iterations: Some(0), mode: None };
+        let to = ToWorker::Start { id: JobId(4), job: widget };
+        assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
+        let from = FromWorker::Job { id: JobId(4), event: JobEvent::Failed { message: "x.gguf: not a valid GGUF checkpoint".into() } };
         assert_eq!(FromWorker::from_json(&from.to_json()).unwrap(), from);
+        let busy = FromWorker::Job { id: JobId(5), event: JobEvent::Rejected(Rejection::Busy { running: JobKind::Decide }) };
+        assert_eq!(FromWorker::from_json(&busy.to_json()).unwrap(), busy);
         assert!(ToWorker::from_json("{\"type\":\"launch\"}").unwrap_err().starts_with("unreadable message to the worker"));
+        let bundled = ToWorker::from_json(r#"{"type":"start","id":1,"job":{"job":"load","source":{"from":"site"}}}"#).unwrap();
         assert_eq!(
-            ToWorker::from_json("{\"type\":\"load_bundled\"}").unwrap(),
-            ToWorker::LoadBundled { on_request: None, precision: None }
+            bundled,
+            ToWorker::Start { id: JobId(1), job: JobRequest::Load { source: LoadSource::Site { on_request: None }, precision: None } }
         );
-        let load = ToWorker::LoadFile { name: "m.gguf".into(), precision: Some(router::Precision::DequantizedF32) };
-        assert_eq!(ToWorker::from_json(&load.to_json()).unwrap(), load);
-        let serve = ToWorker::Serve {
-            runs: vec![bench::serve::ServeSettings { chunk: Some(128), ..Default::default() }],
+        let load =
+            JobRequest::Load { source: LoadSource::File { name: "m.gguf".into() }, precision: Some(router::Precision::DequantizedF32) };
+        let to = ToWorker::Start { id: JobId(2), job: load };
+        assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
+        let serve = JobRequest::Serve {
+            runs: vec![serving::ServeSettings { chunk: Some(128), ..Default::default() }],
             tasks: vec![TaskPrompt { id: "t".into(), prompt: "fix it".into() }],
             trace: None,
             mode: None,
         };
-        assert_eq!(ToWorker::from_json(&serve.to_json()).unwrap(), serve);
+        assert_eq!(serve.kind(), JobKind::Serve);
+        let to = ToWorker::Start { id: JobId(6), job: serve };
+        assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
+        let stage = LoadProgress { stage: LoadStage::Build(router::BuildStage::Descriptors), done: 2, total: Some(8) };
+        assert_eq!(stage.label(), "encoding candidate descriptors (3/8)");
+        let progress = FromWorker::Job { id: JobId(1), event: JobEvent::Progress(JobProgress::Load(stage)) };
+        assert_eq!(FromWorker::from_json(&progress.to_json()).unwrap(), progress);
     }
 
     #[test]
@@ -406,5 +261,40 @@ mod tests {
         // The bundled file is not loadable as an on-request one, and no other path is.
         assert!(manifest.on_request("models/SmolLM2-135M-Instruct.Q4_1.gguf").is_none());
         assert!(manifest.on_request("https://example.com/x.gguf").is_none());
+    }
+}
+
+/// Values for the tests of this crate's modules.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    pub fn build_info() -> BuildInfo {
+        BuildInfo {
+            version: "0".into(),
+            git_revision: "test".into(),
+            rustc: "rustc".into(),
+            simd128: true,
+            threads: 1,
+            cross_origin_isolated: false,
+        }
+    }
+
+    pub fn model_info() -> ModelInfo {
+        ModelInfo {
+            provenance: Provenance::default(),
+            source: Source::Cached,
+            bytes: 1,
+            sha256: "00".into(),
+            sha256_checked: true,
+            read_ms: 1.0,
+            verify_ms: 1.0,
+            load: LoadTimings::default(),
+            wasm_memory_bytes: 0,
+            flop_model: FlopModel::default(),
+            modes: Vec::new(),
+            default_mode: "balanced".into(),
+            candidates: Vec::new(),
+        }
     }
 }

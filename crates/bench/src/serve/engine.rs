@@ -7,7 +7,7 @@
 use router::{elapsed_ms, Conversation, Message, PendingDecide, Role, Router};
 use web_time::Instant;
 
-use super::{Engine, Finished, TracePrompt};
+use serving::{Engine, Finished, TracePrompt};
 
 /// `decide` on `router` over a fixed set of conversations (the trace's
 /// prompts), in one mode.

@@ -3,8 +3,9 @@
 //! trade-off, one run's timeline (a bar per request, waiting and engine
 //! time apart, as in the note's figure) and its queue over time.
 
-use super::{LengthClass, Outcome, Policy, QueueSample, ServeRun, ServeStudy, KNEE_SHARE};
+use super::ServeStudy;
 use crate::svg::{escape, plot_svg, PlotSeries};
+use serving::{LengthClass, Outcome, Policy, QueueSample, ServeRun, KNEE_SHARE};
 
 /// Served-within-SLO throughput, decisions and arrivals per second against
 /// the offered (nominal) rate (the load sweep), with the knee and the

@@ -1,0 +1,184 @@
+//! Card 2, try a decision: a conversation (from a CodeRouterBench task or
+//! typed), a mode, and the ranking `Router.decide` returns with its stage
+//! timings and prefix reuse. Owns the decide jobs.
+
+use bench::report::format_ms;
+use leptos::prelude::*;
+use router::{Conversation, Decision};
+use wire::session::ModelState;
+use wire::{JobEvent, JobKind, JobRequest, JobResult};
+
+use super::worker::Worker;
+use super::{bytes_label, Alert, PageForm};
+
+/// The card's state: the last decision, and the worker's memory after it.
+#[derive(Clone, Copy)]
+struct DecideState {
+    decision: RwSignal<Option<Decision>>,
+    /// The worker's wasm memory after the last decision.
+    worker_memory: RwSignal<Option<u64>>,
+}
+
+impl DecideState {
+    fn apply(self, event: JobEvent) {
+        if let JobEvent::Finished { result: JobResult::Decided { decision, wasm_memory_bytes }, .. } = event {
+            self.decision.set(Some(*decision));
+            self.worker_memory.set(Some(wasm_memory_bytes));
+        }
+    }
+}
+
+#[component]
+pub fn DecideCard() -> impl IntoView {
+    let worker = expect_context::<Worker>();
+    let form = expect_context::<PageForm>().0;
+    let alert = expect_context::<Alert>();
+    let state = DecideState { decision: RwSignal::new(None), worker_memory: RwSignal::new(None) };
+    worker.on_job(JobKind::Decide, move |event| state.apply(event));
+    // A decision belongs to the model that made it: a new load hides it,
+    // and a replaced worker takes its memory figure with it.
+    let loading = Memo::new(move |_| worker.session.with(|s| matches!(s.model(), ModelState::Loading(_))));
+    let gone = Memo::new(move |_| worker.session.with(|s| matches!(s.model(), ModelState::NotLoaded)));
+    Effect::new(move |_| {
+        if loading.get() || gone.get() {
+            state.decision.set(None);
+        }
+        if gone.get() {
+            state.worker_memory.set(None);
+        }
+    });
+    let deciding = move || worker.running.get() == Some(JobKind::Decide);
+    let decide = move |_| {
+        let f = form.get_untracked();
+        if f.user.trim().is_empty() {
+            return alert.show("Write a user turn (or pick a task) to decide.".into());
+        }
+        let mut conversation = Conversation::user(f.user);
+        if !f.system.trim().is_empty() {
+            conversation = conversation.with_system(f.system);
+        }
+        let mode = Some(f.mode).filter(|m| !m.is_empty());
+        alert.clear();
+        worker.start(JobRequest::Decide { conversation, mode }, None);
+    };
+    let pick_task = move |ev: leptos::ev::Event| {
+        let id = event_target_value(&ev);
+        if let Some(task) = worker.tasks.with_untracked(|t| t.iter().find(|t| t.id == id).cloned()) {
+            form.update(|f| f.user = task.prompt);
+        }
+    };
+    let modes = move || worker.model.get().map(|m| (m.modes, m.default_mode)).unwrap_or_default();
+    view! {
+        <section class="card" aria-labelledby="try-h">
+            <h2 id="try-h">"2 · Try a decision"</h2>
+            <label class="field">"Start from a CodeRouterBench task"
+                <select data-testid="task-select" on:change=pick_task>
+                    <option value="">"— pick a task prompt —"</option>
+                    {move || worker.tasks.get().into_iter().map(|t| {
+                        let label = format!("{} · {} · {}", t.id, if t.language.is_empty() { "?" } else { &t.language }, t.title());
+                        view! { <option value=t.id.clone()>{label}</option> }
+                    }).collect_view()}
+                </select>
+            </label>
+            <label class="field">"System turn (optional)"
+                <textarea rows="2" data-testid="conv-system" prop:value=move || form.with(|f| f.system.clone())
+                    on:input=move |ev| form.update(|f| f.system = event_target_value(&ev))></textarea>
+            </label>
+            <label class="field">"User turn"
+                <textarea rows="6" data-testid="conv-user" prop:value=move || form.with(|f| f.user.clone())
+                    on:input=move |ev| form.update(|f| f.user = event_target_value(&ev))></textarea>
+            </label>
+            <div class="row">
+                <label>"Mode "
+                    <select data-testid="mode-select" on:change=move |ev| form.update(|f| f.mode = event_target_value(&ev))>
+                        {move || {
+                            let (modes, default) = modes();
+                            let current = form.with(|f| f.mode.clone());
+                            let mut options = vec![view! { <option value="" selected=current.is_empty()>{format!("pool default ({default})")}</option> }.into_any()];
+                            options.extend(modes.into_iter().map(|m| {
+                                let selected = current == m.name;
+                                view! { <option value=m.name.clone() selected=selected>{format!("{} — cost weight {}", m.name, m.cost_weight)}</option> }.into_any()
+                            }));
+                            options
+                        }}
+                    </select>
+                </label>
+                <button type="button" data-testid="decide-button" disabled=move || !worker.can_start(JobKind::Decide) on:click=decide>
+                    {move || if deciding() { "Deciding…" } else { "Decide" }}
+                </button>
+            </div>
+            {move || state.decision.get().map(|d| view! { <DecisionView decision=d/> })}
+            {move || state.worker_memory.get().map(|bytes| view! {
+                <p class="note" data-testid="worker-memory" data-bytes=bytes>
+                    {format!("Worker memory after this decision: {} (wasm memory only grows; it stays flat while the prefix cache holds its budget).", bytes_label(bytes as f64))}
+                </p>
+            })}
+        </section>
+    }
+}
+
+#[component]
+fn DecisionView(decision: Decision) -> impl IntoView {
+    let t = decision.timings;
+    let stages = [
+        ("mode", t.mode_ms),
+        ("assemble", t.assemble_ms),
+        ("tokenise", t.tokenize_ms),
+        ("truncate", t.truncate_ms),
+        ("prefill", t.prefill_ms),
+        ("stack", t.stack_ms),
+        ("scores", t.score_ms),
+        ("cost", t.cost_ms),
+        ("rank", t.rank_ms),
+    ];
+    let truncation = if decision.truncated {
+        format!("{} of {} tokens prefilled (cut from the left to router_max_tokens)", decision.tokens_used, decision.tokens_total)
+    } else {
+        format!("{} tokens prefilled (no truncation)", decision.tokens_used)
+    };
+    view! {
+        <div class="decision" data-testid="decide-result">
+            <p>
+                <strong>{format!("Route to {}", decision.ranked.first().map(|r| r.id.as_str()).unwrap_or("–"))}</strong>
+                {format!(" · mode {} (cost weight {}) · {truncation} · decide took {}", decision.mode, decision.cost_weight, format_ms(t.total_ms))}
+            </p>
+            <div class="table-wrap">
+                <table>
+                    <thead><tr>
+                        <th scope="col">"#"</th><th scope="col">"candidate"</th><th scope="col">"score"</th>
+                        <th scope="col">"cosine"</th><th scope="col">"est. cost (USD)"</th><th scope="col">"utility"</th>
+                    </tr></thead>
+                    <tbody>
+                        {decision.ranked.iter().enumerate().map(|(i, r)| view! {
+                            <tr data-testid="decide-row" data-candidate=r.id.clone() data-score=r.score.to_string()>
+                                <td class="num">{i + 1}</td>
+                                <td>{r.id.clone()}</td>
+                                <td class="num">{format!("{:.4}", r.score)}</td>
+                                <td class="num">{format!("{:.4}", r.cosine)}</td>
+                                <td class="num">{format!("{:.5}", r.estimated_cost_usd)}</td>
+                                <td class="num">{format!("{:.4}", r.utility)}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+            <p class="stages" data-testid="decide-stages">
+                "Stages: " {stages.iter().map(|(k, v)| format!("{k} {}", format_ms(*v))).collect::<Vec<_>>().join(" · ")}
+            </p>
+            {decision.prefix.map(|p| view! {
+                <p class="note" data-testid="decide-reuse">
+                    {format!(
+                        "Prefix cache: {} of {} tokens reused, {} prefilled (lookup {}, insert {}); the cache holds {} tokens ({}). Decide again with more text to see the reuse.",
+                        p.reused_tokens,
+                        p.reused_tokens + p.prefilled_tokens,
+                        p.prefilled_tokens,
+                        format_ms(t.lookup_ms),
+                        format_ms(t.insert_ms),
+                        p.cache_tokens,
+                        bytes_label(p.cache_bytes as f64),
+                    )}
+                </p>
+            })}
+        </div>
+    }
+}
