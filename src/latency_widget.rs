@@ -11,7 +11,7 @@
 use bench::estimate::format_duration;
 use bench::guide::{widget_rows, PUBLISHED_CONDITIONS};
 use bench::page::RouterForm;
-use bench::report::{format_ms, Report};
+use bench::report::{format_ms, LatencyReport};
 use bench::Protocol;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -74,7 +74,7 @@ struct Widget {
     /// page's fragment codec, the widget's defaults where the link is silent).
     form: StoredValue<RouterForm>,
     phase: RwSignal<Phase>,
-    report: RwSignal<Option<(Report, Origin)>>,
+    report: RwSignal<Option<(LatencyReport, Origin)>>,
     model: RwSignal<Option<ModelInfo>>,
     share_link: RwSignal<Option<String>>,
     client: StoredValue<Option<WorkerClient>, LocalStorage>,

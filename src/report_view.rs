@@ -6,7 +6,7 @@
 use bench::figures::{compare, latency_svg, Breakdown, Series};
 
 use crate::quality_view::QualityView;
-use bench::report::{format_ms, Report, TABLE_HEADER};
+use bench::report::{format_ms, Envelope, Report, TABLE_HEADER};
 use leptos::prelude::*;
 
 /// `2026-11-30 10:42 UTC` from Unix milliseconds.
@@ -17,7 +17,7 @@ pub fn utc_time(unix_ms: u64) -> String {
 }
 
 /// One line saying where and when a report was measured.
-pub fn measured_where(report: &Report) -> String {
+pub fn measured_where<S>(report: &Envelope<S>) -> String {
     let e = &report.environment;
     let browser = e.user_agent.as_deref().map(|ua| format!(", {ua}")).unwrap_or_default();
     let machine = if e.runtime == "browser" {
@@ -81,14 +81,8 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(
     ];
     let comparison = compare_with.map(|(name, other)| view! { <CompareTable page=report.clone() loaded=other name=name/> });
     // A quality-only report (`bench-decide --quality`) has no latency rows.
-    let quality = report.quality().map(|study| match study {
-        Ok(study) => view! { <QualityView report=report.clone() study=study/> }.into_any(),
-        Err(e) => view! { <p class="problem" role="alert">{e}</p> }.into_any(),
-    });
-    let serve = report.serve().map(|study| match study {
-        Ok(study) => view! { <crate::serve_view::ServeView study=study/> }.into_any(),
-        Err(e) => view! { <p class="problem" role="alert">{e}</p> }.into_any(),
-    });
+    let quality = report.studies.quality.clone().map(|study| view! { <QualityView report=report.clone() study=study/> });
+    let serve = report.studies.serve.clone().map(|study| view! { <crate::serve_view::ServeView study=study/> });
     let latency = (!report.results.is_empty()).then(|| view! {
         <div class="table-wrap">
             <table class="bench-table" data-testid="bench-table">

@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|payload: &str| {
-    let Ok(report) = bench::share::decode(payload) else { return };
+    let Ok(report) = bench::share::decode::<bench::report::Studies>(payload) else { return };
     let _ = report.rows();
     let _ = report.table();
     let _ = report.conditions();

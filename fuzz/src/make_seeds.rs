@@ -148,7 +148,7 @@ fn main() {
     put("kv_vllm_log", "v0", b"\x10\x00\x00\x00\x00\x00\x00\x00INFO 01-01 00:00:00 llm_engine.py:340] # GPU blocks: 30688, # CPU blocks: 2048");
 
     let native = include_str!("../../reports/router-latency.cpu.json");
-    let report = bench::share::parse_report(native, "router-latency.cpu.json").expect("the committed report reads");
+    let report: bench::report::Report = bench::share::parse_report(native, "router-latency.cpu.json").expect("the committed report reads");
     put("share_link", "native-report", bench::share::encode(&report).as_bytes());
     put("share_link", "damaged", b"r1.AAAA");
 

@@ -4,7 +4,7 @@
 
 use bench::estimate::format_duration;
 use bench::page::RouterForm;
-use bench::report::{format_ms, Report};
+use bench::report::{format_ms, Report, Studies};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use router::GemmProbe;
@@ -75,7 +75,7 @@ impl BenchState {
             }),
             JobEvent::Finished { result: JobResult::Bench(report), cancelled } => {
                 self.share_link.set(None);
-                self.measured.set(Some(Measured { report: *report, cancelled }));
+                self.measured.set(Some(Measured { report: report.with_studies(Studies::default()), cancelled }));
             }
             JobEvent::Finished { result: JobResult::GemmProbed(probe), .. } => self.gemm.set(Some(probe)),
             _ => {}

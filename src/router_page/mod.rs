@@ -149,13 +149,10 @@ fn export_report(report: &Report, file: &str, alert: Alert) {
 
 /// Fetches a committed report (`file`, beside the page) and the study in
 /// its section; errors name the file and what is missing.
-async fn fetch_study<T>(file: &str, what: &str, section: fn(&Report) -> Option<Result<T, String>>) -> Result<(Report, T), String> {
-    let report = bench::share::parse_report(&browser::fetch_text(file).await?, file)?;
-    match section(&report) {
-        Some(Ok(study)) => Ok((report, study)),
-        Some(Err(e)) => Err(format!("{file}: {e}")),
-        None => Err(format!("{file} holds no {what}")),
-    }
+async fn fetch_study<T: Clone>(file: &str, what: &str, section: fn(&Report) -> Option<&T>) -> Result<(Report, T), String> {
+    let report: Report = bench::share::parse_report(&browser::fetch_text(file).await?, file)?;
+    let study = section(&report).cloned().ok_or_else(|| format!("{file} holds no {what}"))?;
+    Ok((report, study))
 }
 
 fn file_from_input(ev: &leptos::ev::Event) -> Option<web_sys::File> {

@@ -244,7 +244,7 @@ pub fn QualityCard() -> impl IntoView {
     let show = move |_| {
         state.set(QualityState::Loading);
         spawn_local(async move {
-            state.set(match fetch_study("quality.json", "quality study", Report::quality).await {
+            state.set(match fetch_study("quality.json", "quality study", |r: &Report| r.studies.quality.as_ref()).await {
                 Ok((report, study)) => QualityState::Shown(Box::new((report, study))),
                 Err(e) => QualityState::Failed(e),
             });

@@ -2,7 +2,7 @@
 //! request, and load runs in this page's worker with a live queue chart,
 //! the timeline and tables, export and a share link. Owns the serve jobs.
 
-use bench::report::Report;
+use bench::report::{Report, Studies};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
@@ -62,9 +62,10 @@ impl ServeState {
             JobEvent::Progress(JobProgress::ServeRunDone { label, settings, summary, .. }) => {
                 self.runs_done.update(|runs| runs.push(serving::summary_line(&label, &settings, &summary)))
             }
-            JobEvent::Finished { result: JobResult::Served(report), cancelled } => {
+            JobEvent::Finished { result: JobResult::Served { report, study }, cancelled } => {
                 self.live.set(None);
-                self.measured.set(Some(Measured { report: *report, cancelled }));
+                let report = report.with_studies(Studies { serve: Some(*study), ..Studies::default() });
+                self.measured.set(Some(Measured { report, cancelled }));
             }
             _ => {}
         }
@@ -117,7 +118,7 @@ pub fn ServeCard() -> impl IntoView {
     let show_native = move |_| {
         native.set(NativeServe::Loading);
         spawn_local(async move {
-            native.set(match fetch_study("serve.json", "serving study", Report::serve).await {
+            native.set(match fetch_study("serve.json", "serving study", |r: &Report| r.studies.serve.as_ref()).await {
                 Ok((_, study)) => NativeServe::Shown(Box::new(study)),
                 Err(e) => NativeServe::Failed(e),
             });
@@ -190,7 +191,7 @@ pub fn ServeCard() -> impl IntoView {
     };
     let result = move || {
         state.measured.get().map(|Measured { report, cancelled }| {
-            let study = report.serve().and_then(Result::ok);
+            let study = report.studies.serve.clone();
             let exported = report.clone();
             let export = move |_| export_report(&exported, "router-serve.browser.json", alert);
             let shared = report.clone();

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use bench::report::{ProtocolRecord, Provenance, Report, SCHEMA};
+use bench::report::{ProtocolRecord, Provenance, Report, Studies, SCHEMA};
 use bench::Protocol;
 use bench_cli::cli::{usage, DeviceArg, Progress};
 use bench_cli::{prompt_texts, Loaded, RouterFlags, DEFAULT_PROMPTS};
@@ -198,10 +198,7 @@ fn run(args: Args) -> Result<()> {
         },
         load: router.load_timings,
         results,
-        prefix,
-        truncation,
-        quality: None,
-        serve: None,
+        studies: Studies { prefix, truncation, ..Studies::default() },
     };
     bench_cli::write_report(&args.out, &report)?;
     drop(log);
@@ -215,7 +212,7 @@ fn run(args: Args) -> Result<()> {
         println!("{}", bench::figures::Breakdown::of(result).prefill_parts_line(result.prompt_tokens));
     }
     println!();
-    if let Some(prefix) = &report.prefix {
+    if let Some(prefix) = &report.studies.prefix {
         println!(
             "Prefix reuse (note 04), cache budget {} tokens / {} MiB:\n\n{}",
             prefix.budget_tokens,
@@ -223,7 +220,7 @@ fn run(args: Args) -> Result<()> {
             prefix.table()
         );
     }
-    if let Some(study) = &report.truncation {
+    if let Some(study) = &report.studies.truncation {
         println!("Stepped truncation (prefix reuse past router_max_tokens):\n\n{}", study.table());
     }
     println!("wrote {}", args.out.display());

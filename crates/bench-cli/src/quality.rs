@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use bench::quality::{self, route, CvSettings, Dataset, Family, QualityStudy, SeedOutcome, Subset};
-use bench::report::{Provenance, Report};
+use bench::report::{Provenance, Report, Studies};
 use bench_cli::cli::{usage, Progress};
 use bench_cli::{read, Loaded, RouterFlags};
 use router::{Router, TruncationSide};
@@ -230,18 +230,17 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
         published_note: quality::PUBLISHED_NOTE.into(),
         per_task,
     };
-    let mut report = Report::for_study(
+    let report = Report::for_study(
         bench_cli::native_environment(started_unix_ms),
         Provenance::of(&router, &checkpoint_file),
         router.load_timings,
         q.tasks.display().to_string(),
+        Studies { quality: Some(study), ..Studies::default() },
     );
-    report.set_quality(&study);
     bench_cli::write_report(out, &report)?;
     drop(log);
-    // Printed from the report as written, so what is shown is what was stored.
-    let study = report.quality().expect("set above").map_err(anyhow::Error::msg)?;
-    let study = &study;
+    // Printed from the report's section, so what is shown is what was stored.
+    let study = report.studies.quality.as_ref().expect("set above");
     let figure = |suffix: &str, svg: String| -> Result<PathBuf> {
         let path = out.with_extension(suffix);
         std::fs::write(&path, svg).with_context(|| format!("{}", path.display()))?;

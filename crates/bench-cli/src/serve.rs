@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use bench::report::{Provenance, Report};
+use bench::report::{Provenance, Report, Studies};
 use bench::serve::engine::{user_turn, RouterEngine};
 use bench::serve::{self, ServeStudy};
 use bench_cli::cli::{usage, ChunkArg, PolicyArg, Progress};
@@ -109,10 +109,8 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path, output: crate::Outpu
     if s.render {
         let text = String::from_utf8(read(out, "--out")?).context("--out: not UTF-8")?;
         let mut report: Report = serde_json::from_str(&text).with_context(|| format!("--out {}: not a report", out.display()))?;
-        let mut study =
-            report.serve().with_context(|| format!("--out {}: no serve section", out.display()))?.map_err(anyhow::Error::msg)?;
+        let study = report.studies.serve.as_mut().with_context(|| format!("--out {}: no serve section", out.display()))?;
         study.runs = study.runs.iter().map(ServeRun::derived_again).collect();
-        report.set_serve(&study);
         bench_cli::write_report(out, &report)?;
         present(&report, out, output)?;
         if !output.json {
@@ -185,13 +183,13 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path, output: crate::Outpu
         note: s.note.clone(),
         unloaded_heaviest_ms: Some(unloaded_heaviest_ms),
     };
-    let mut report = Report::for_study(
+    let report = Report::for_study(
         bench_cli::native_environment(started_unix_ms),
         Provenance::of(&router, &checkpoint_file),
         router.load_timings,
         s.serve_tasks.display().to_string(),
+        Studies { serve: Some(study), ..Studies::default() },
     );
-    report.set_serve(&study);
     bench_cli::write_report(out, &report)?;
     drop(log);
     // Printed from the report as written, so what is shown is what was stored.
@@ -205,7 +203,7 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path, output: crate::Outpu
 /// Prints a serving report's table and verdicts and writes its figures
 /// beside `out`.
 fn present(report: &Report, out: &Path, output: crate::Output) -> Result<()> {
-    let study = report.serve().with_context(|| format!("{}: no serve section", out.display()))?.map_err(anyhow::Error::msg)?;
+    let study = report.studies.serve.as_ref().with_context(|| format!("{}: no serve section", out.display()))?;
     if output.json {
         println!("{}", serde_json::to_string_pretty(report)?);
     } else {
@@ -219,9 +217,9 @@ fn present(report: &Report, out: &Path, output: crate::Output) -> Result<()> {
         std::fs::write(&path, svg).with_context(|| format!("{}", path.display()))?;
         Ok(path)
     };
-    let mut figures = vec![figure("load.svg", serve::plot::load_svg(&study))?];
+    let mut figures = vec![figure("load.svg", serve::plot::load_svg(study))?];
     if !study.chunk_rates().is_empty() {
-        figures.push(figure("chunks.svg", serve::plot::chunks_svg(&study))?);
+        figures.push(figure("chunks.svg", serve::plot::chunks_svg(study))?);
     }
     if let Some(run) = study.runs.last() {
         figures.push(figure("timeline.svg", serve::plot::timeline_svg(run))?);

@@ -123,7 +123,7 @@ fn quality_routes_every_task_and_writes_study_head_and_figures() {
     let r: bench::Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).expect("report matches the schema");
     assert_eq!(r.schema, bench::SCHEMA);
     assert!(r.results.is_empty(), "a quality run measures no latency protocol");
-    let q = r.quality().expect("the quality section").unwrap();
+    let q = r.studies.quality.as_ref().expect("the quality section");
     assert_eq!((q.tasks, q.router_max_tokens, q.per_task.len()), (20, 48, 20));
     assert_eq!(q.cv.seeds, vec![0, 1]);
     let all: Vec<_> = q.rows.iter().filter(|r| r.subset == bench::quality::Subset::All).collect();
@@ -217,7 +217,7 @@ fn serve_replays_a_trace_and_keeps_every_request() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("| offered /s | arrived /s | chunk | policy |"), "{stdout}");
     let r: bench::Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    let study = r.serve().unwrap().unwrap();
+    let study = r.studies.serve.as_ref().unwrap();
     assert_eq!(study.arrivals, trace.display().to_string());
     let run = &study.runs[0];
     let outcomes: Vec<serving::Outcome> = run.records.iter().map(|r| r.outcome).collect();

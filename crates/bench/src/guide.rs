@@ -8,7 +8,7 @@
 //! reader's browser. The two columns share a protocol and a prompt length,
 //! not a model or a machine, and the widget says so under the table.
 
-use crate::report::{format_ms, Report};
+use crate::report::{format_ms, Envelope};
 
 /// One row of the guide's table, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,7 +56,7 @@ pub struct WidgetRow {
 /// length first, in the guide's order, then any other length asked for, each
 /// with the report's figures when it holds that length. A row appears once
 /// per length.
-pub fn widget_rows(lengths: &[usize], report: Option<&Report>) -> Vec<WidgetRow> {
+pub fn widget_rows<S>(lengths: &[usize], report: Option<&Envelope<S>>) -> Vec<WidgetRow> {
     let mut tokens: Vec<usize> = PUBLISHED.iter().map(|r| r.prompt_tokens).collect();
     let measured_lengths = report.map(|r| r.results.iter().map(|x| x.prompt_tokens).collect::<Vec<_>>()).unwrap_or_default();
     for &n in lengths.iter().chain(&measured_lengths) {
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn nothing_measured_leaves_an_empty_column_and_no_duplicate_lengths() {
-        let rows = widget_rows(&[1024, 15, 256, 15], None);
+        let rows = widget_rows::<crate::report::NoStudies>(&[1024, 15, 256, 15], None);
         assert_eq!(rows.iter().map(|r| r.prompt_tokens).collect::<Vec<_>>(), vec![15, 256, 1024]);
         assert!(rows.iter().all(|r| r.measured.is_none() && r.published.is_some()));
     }

@@ -1,5 +1,13 @@
-//! The versioned latency report: environment, provenance, protocol, load
-//! timings and every raw sample, cold and warm kept apart.
+//! The versioned report: an envelope (environment, provenance, load
+//! timings) around the latency study (protocol and every raw sample, cold
+//! and warm kept apart) and the other studies' typed sections, each type
+//! owned by its study's module.
+//!
+//! The envelope is generic over its sections: [`Report`] carries every
+//! study's; [`LatencyReport`] carries none, and is what the latency widget
+//! reads (shared links, its worker's bench), so its bundle links no other
+//! study's decoder. Both read the same JSON: a section a type does not
+//! hold is skipped.
 
 use std::collections::BTreeMap;
 
@@ -99,74 +107,82 @@ pub struct LengthResult {
     pub top_candidate: String,
 }
 
-/// The whole report.
+/// A report: the envelope, the latency study's protocol and results (empty
+/// for a report of another study), and the sections `S`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Report {
+pub struct Envelope<S> {
     pub schema: String,
     pub environment: Environment,
     pub provenance: Provenance,
     pub protocol: ProtocolRecord,
     pub load: LoadTimings,
     pub results: Vec<LengthResult>,
+    #[serde(flatten)]
+    pub studies: S,
+}
+
+/// A report with every study's section.
+pub type Report = Envelope<Studies>;
+
+/// A report read for its latency study alone (the latency widget's).
+pub type LatencyReport = Envelope<NoStudies>;
+
+/// No section beyond the latency study.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct NoStudies {}
+
+/// The studies a report may carry beside the latency protocol, each typed
+/// by its own module.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Studies {
     /// The prefix-reuse protocol (`bench-decide --prefix-protocol`), when run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<crate::prefix::PrefixReport>,
     /// Stepped against plain left truncation (`bench-decide --truncation-study`), when run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncation: Option<crate::truncation::TruncationStudy>,
-    /// Routing quality on CodeRouterBench OOD176 (`bench-decide --quality`),
-    /// when run: a [`crate::quality::QualityStudy`], kept as JSON and typed
-    /// by [`Report::quality`]. Why untyped here: every bundle that reads a
-    /// report (the latency widget reads shared links) would otherwise link
-    /// the study's whole deserializer (measured: the widget's first load
-    /// was 242.2 KiB gzipped with the field typed, 222.0 KiB without);
-    /// this way only code that asks for it does.
+    /// Routing quality on CodeRouterBench OOD176 (`bench-decide --quality`), when run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quality: Option<serde_json::Value>,
-    /// The serving test (`bench-decide --serve`, or the page's Serving
-    /// panel): a [`crate::serve::ServeStudy`], untyped here for the same
-    /// reason as `quality`, typed by [`Report::serve`].
+    pub quality: Option<crate::quality::QualityStudy>,
+    /// The serving test (`bench-decide --serve`, or the page's Serving panel), when run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub serve: Option<serde_json::Value>,
+    pub serve: Option<crate::serve::ServeStudy>,
 }
 
-impl Report {
+impl<S> Envelope<S> {
+    /// The same envelope and latency study with other sections.
+    pub fn with_studies<T>(self, studies: T) -> Envelope<T> {
+        Envelope {
+            schema: self.schema,
+            environment: self.environment,
+            provenance: self.provenance,
+            protocol: self.protocol,
+            load: self.load,
+            results: self.results,
+            studies,
+        }
+    }
+}
+
+impl<S> Envelope<S> {
     /// A report that carries a study (quality, serving) and no latency
-    /// protocol: its section is set afterwards.
-    pub fn for_study(environment: Environment, provenance: Provenance, load: LoadTimings, prompts_source: String) -> Report {
-        Report {
+    /// protocol: `studies` holds its section.
+    pub fn for_study(
+        environment: Environment,
+        provenance: Provenance,
+        load: LoadTimings,
+        prompts_source: String,
+        studies: S,
+    ) -> Envelope<S> {
+        Envelope {
             schema: SCHEMA.into(),
             environment,
             provenance,
             protocol: ProtocolRecord { lengths: Vec::new(), warmup: 0, iterations: 0, prompts_source },
             load,
             results: Vec::new(),
-            prefix: None,
-            truncation: None,
-            quality: None,
-            serve: None,
+            studies,
         }
-    }
-
-    /// The routing-quality study, when the report has one; an error says
-    /// what in it does not match the schema.
-    pub fn quality(&self) -> Option<Result<crate::quality::QualityStudy, String>> {
-        self.quality.as_ref().map(|v| serde_json::from_value(v.clone()).map_err(|e| format!("the report's quality section: {e}")))
-    }
-
-    /// The serving study, when the report has one.
-    pub fn serve(&self) -> Option<Result<crate::serve::ServeStudy, String>> {
-        self.serve.as_ref().map(|v| serde_json::from_value(v.clone()).map_err(|e| format!("the report's serve section: {e}")))
-    }
-
-    /// Stores a serving study in the report.
-    pub fn set_serve(&mut self, study: &crate::serve::ServeStudy) {
-        self.serve = Some(serde_json::to_value(study).expect("a study always serialises"));
-    }
-
-    /// Stores a routing-quality study in the report.
-    pub fn set_quality(&mut self, study: &crate::quality::QualityStudy) {
-        self.quality = Some(serde_json::to_value(study).expect("a study always serialises"));
     }
 }
 
@@ -216,7 +232,7 @@ impl Provenance {
 /// The columns of the field guide's latency table.
 pub const TABLE_HEADER: [&str; 6] = ["prompt tokens", "characters", "p50 (warm)", "p95 (warm)", "min–max (warm)", "first call (cold)"];
 
-impl Report {
+impl<S> Envelope<S> {
     /// The table's cells, one row per length, in [`TABLE_HEADER`] order.
     pub fn rows(&self) -> Vec<[String; 6]> {
         self.results

@@ -2,7 +2,7 @@
 
 use router::{LoadTimings, StageTimings};
 
-use crate::report::{Environment, LengthResult, ProtocolRecord, Provenance, Report, SCHEMA};
+use crate::report::{Environment, LengthResult, ProtocolRecord, Provenance, Report, Studies, SCHEMA};
 use crate::stats::Summary;
 
 pub fn sample_report() -> Report {
@@ -54,9 +54,6 @@ pub fn sample_report() -> Report {
         protocol: ProtocolRecord { lengths: vec![15, 256, 1024], warmup: 5, iterations: 25, prompts_source: "test".into() },
         load: LoadTimings { weights_ms: 426.0, tokenizer_ms: 279.0, descriptors_ms: 2281.0, ..LoadTimings::default() },
         results,
-        prefix: None,
-        truncation: None,
-        quality: None,
-        serve: None,
+        studies: Studies::default(),
     }
 }

@@ -2,7 +2,7 @@
 //! and the serving test, each stepping the same library code the native CLI
 //! runs, yielding between calls so Cancel is read.
 
-use bench::report::{component_versions, Environment, ProtocolRecord, Provenance, Report, SCHEMA};
+use bench::report::{component_versions, Environment, LatencyReport, NoStudies, ProtocolRecord, Provenance, SCHEMA};
 use bench::serve;
 use bench::{Protocol, Session};
 use js_sys::Reflect;
@@ -217,14 +217,14 @@ impl RouterWorker {
             study.arrivals,
             mode.as_deref().unwrap_or("(pool default)")
         );
-        let mut report = Report::for_study(
+        let report = LatencyReport::for_study(
             environment(started_unix_ms, described),
             Provenance::of(router, &loaded.file_name),
             router.load_timings,
             study.prompt_set.clone(),
+            NoStudies {},
         );
-        report.set_serve(&study);
-        Ok(Finished { result: JobResult::Served(Box::new(report)), cancelled })
+        Ok(Finished { result: JobResult::Served { report: Box::new(report), study: Box::new(study) }, cancelled })
     }
 
     pub(crate) async fn bench(&self, ticket: &JobTicket, protocol: Protocol, mode: Option<String>) -> Outcome {
@@ -295,7 +295,7 @@ impl RouterWorker {
             gloo_timers::future::TimeoutFuture::new(0).await;
         }
         let router = &loaded.router;
-        let report = Report {
+        let report = LatencyReport {
             schema: SCHEMA.into(),
             environment: environment(started_unix_ms, protocol_line(&protocol, mode.as_deref())),
             provenance: Provenance::of(router, &loaded.file_name),
@@ -307,10 +307,7 @@ impl RouterWorker {
             },
             load: router.load_timings,
             results: session.into_results(),
-            prefix: None,
-            truncation: None,
-            quality: None,
-            serve: None,
+            studies: NoStudies {},
         };
         Ok(Finished { result: JobResult::Bench(Box::new(report)), cancelled })
     }

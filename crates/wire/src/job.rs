@@ -13,7 +13,8 @@
 
 use bench::prefix::PrefixReport;
 use bench::quality::RoutedTask;
-use bench::report::Report;
+use bench::report::LatencyReport;
+use bench::serve::ServeStudy;
 use router::{BuildStage, Conversation, Decision, GemmProbe, Precision};
 use serde::{Deserialize, Serialize};
 use serving::{QueueSample, RunSummary, ServeSettings};
@@ -338,7 +339,7 @@ pub enum JobResult {
     },
     GemmProbed(GemmProbe),
     /// The latency report (partial when cancelled).
-    Bench(Box<Report>),
+    Bench(Box<LatencyReport>),
     Prefix(Box<PrefixReport>),
     /// The routing ended; the ids name the checkpoint and head its
     /// decisions came from.
@@ -347,8 +348,13 @@ pub enum JobResult {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         head_id: Option<String>,
     },
-    /// The report with its `serve` section.
-    Served(Box<Report>),
+    /// The serving study, and the report's envelope to carry it (the page
+    /// puts the one in the other; the widget, which shares this type, links
+    /// no decoder for the other studies' sections).
+    Served {
+        report: Box<LatencyReport>,
+        study: Box<ServeStudy>,
+    },
 }
 
 impl JobResult {
@@ -361,7 +367,7 @@ impl JobResult {
             JobResult::Bench(_) => JobKind::Bench,
             JobResult::Prefix(_) => JobKind::Prefix,
             JobResult::Routed { .. } => JobKind::Route,
-            JobResult::Served(_) => JobKind::Serve,
+            JobResult::Served { .. } => JobKind::Serve,
         }
     }
 }
