@@ -34,13 +34,22 @@ pub fn measured_where<S>(report: &Envelope<S>) -> String {
     format!("Measured {} ({}{browser}; {machine}) on {}, build {}.", e.runtime, e.target, utc_time(e.started_unix_ms), e.git_revision)
 }
 
+/// A report loaded to compare with the shown one, and its file's name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    pub file: String,
+    pub report: Report,
+}
+
 /// The table, conditions, boundaries, plot, breakdown and provenance.
 #[component]
-pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(String, Report)>) -> impl IntoView {
+pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<Comparison>) -> impl IntoView {
     let rows = report.rows();
     let series_label = format!("{} ({})", report.environment.runtime, report.environment.target);
     let svg = match &compare_with {
-        Some((name, other)) => latency_svg(&[Series { label: &series_label, report: &report }, Series { label: name, report: other }]),
+        Some(Comparison { file: name, report: other }) => {
+            latency_svg(&[Series { label: &series_label, report: &report }, Series { label: name, report: other }])
+        }
         None => latency_svg(&[Series { label: &series_label, report: &report }]),
     };
     let breakdown: Vec<(usize, Breakdown)> = report.results.iter().map(|r| (r.prompt_tokens, Breakdown::of(r))).collect();
@@ -79,7 +88,8 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<(
         ),
         ("started", utc_time(e.started_unix_ms)),
     ];
-    let comparison = compare_with.map(|(name, other)| view! { <CompareTable page=report.clone() loaded=other name=name/> });
+    let comparison =
+        compare_with.map(|Comparison { file: name, report: other }| view! { <CompareTable page=report.clone() loaded=other name=name/> });
     // A quality-only report (`bench-decide --quality`) has no latency rows.
     let quality = report.studies.quality.clone().map(|study| view! { <QualityView report=report.clone() study=study/> });
     let serve = report.studies.serve.clone().map(|study| view! { <crate::serve_view::ServeView study=study/> });

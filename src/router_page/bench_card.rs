@@ -14,7 +14,7 @@ use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 use super::worker::{JobProgress as JobProgressLine, Worker};
 use super::{export_report, file_from_input, share_report, Alert, PageForm};
 use crate::browser;
-use crate::report_view::{measured_where, ReportView};
+use crate::report_view::{measured_where, Comparison, ReportView};
 
 /// A bench in progress: its prompts once ready, and its last call.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,13 +30,6 @@ struct BenchProgress {
 struct Measured {
     report: Report,
     cancelled: bool,
-}
-
-/// A report the user loaded to compare with, and its file's name.
-#[derive(Debug, Clone, PartialEq)]
-struct Comparison {
-    file: String,
-    report: Report,
 }
 
 /// The card's state.
@@ -215,7 +208,7 @@ pub fn BenchCard() -> impl IntoView {
                     {format!(
                         "Estimated on this device: about {} in all ({}), from the prefill speed loading showed ({:.1} GFLOP/s). Long prompts may take longer: attention runs below that speed.",
                         format_duration(e.total_ms),
-                        e.per_length_ms.iter().map(|(t, ms)| format!("{t} tokens: {}", format_duration(*ms))).collect::<Vec<_>>().join(" · "),
+                        e.per_length.iter().map(|l| format!("{} tokens: {}", l.prompt_tokens, format_duration(l.ms))).collect::<Vec<_>>().join(" · "),
                         e.gflops
                     )}
                 </p>
@@ -223,7 +216,7 @@ pub fn BenchCard() -> impl IntoView {
             <GemmLine state=state/>
             {progress}
             {move || state.measured.get().map(|Measured { report, cancelled }| {
-                let compare_with = state.compare_with.get().map(|c| (c.file, c.report));
+                let compare_with = state.compare_with.get();
                 view! {
                     <div class="report" data-testid="bench-report">
                         {cancelled.then(|| view! { <p class="warning">{format!("Cancelled: {} length(s) were measured completely and are shown.", report.results.len())}</p> })}

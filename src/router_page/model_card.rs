@@ -58,7 +58,7 @@ pub fn ModelCard() -> impl IntoView {
                 <button type="button" data-testid="model-load" disabled=busy on:click=move |_| worker.load(LoadRequest::Bundled)>
                     "Load the bundled SmolLM2-135M-Instruct Q4_1 (94 MiB)"
                 </button>
-                {move || worker.storage.get().map(|s| s.on_request.into_iter().map(|(model, cached)| {
+                {move || worker.storage.get().map(|s| s.on_request.into_iter().map(|wire::OfferedModel { model, cached }| {
                     let file = model.file.clone();
                     let label = format!(
                         "Fetch {} ({}, {}){}",

@@ -14,11 +14,18 @@ use crate::protocol::Protocol;
 /// The expected duration, per length and in total.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {
-    /// (prompt tokens, milliseconds for all calls at that length).
-    pub per_length_ms: Vec<(usize, f64)>,
+    pub per_length: Vec<LengthEstimate>,
     pub total_ms: f64,
     /// The speed assumed.
     pub gflops: f64,
+}
+
+/// One prompt length's expected time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LengthEstimate {
+    pub prompt_tokens: usize,
+    /// For all the protocol's calls at that length.
+    pub ms: f64,
 }
 
 /// `max_tokens` caps each length as truncation does.
@@ -27,10 +34,13 @@ pub fn estimate(protocol: &Protocol, model: &FlopModel, gflops: f64, max_tokens:
         return None;
     }
     let per_call_ms = |tokens: usize| model.prefill(tokens.min(max_tokens)) / (gflops * 1e6);
-    let per_length_ms: Vec<(usize, f64)> =
-        protocol.lengths.iter().map(|&t| (t, per_call_ms(t) * protocol.calls_per_length() as f64)).collect();
-    let total_ms = per_length_ms.iter().map(|(_, ms)| ms).sum();
-    Some(Estimate { per_length_ms, total_ms, gflops })
+    let per_length: Vec<LengthEstimate> = protocol
+        .lengths
+        .iter()
+        .map(|&prompt_tokens| LengthEstimate { prompt_tokens, ms: per_call_ms(prompt_tokens) * protocol.calls_per_length() as f64 })
+        .collect();
+    let total_ms = per_length.iter().map(|l| l.ms).sum();
+    Some(Estimate { per_length, total_ms, gflops })
 }
 
 /// `850 ms`, `42 s`, `7.5 min`, `1 h 20 min`.
@@ -61,13 +71,13 @@ mod tests {
         let e = estimate(&protocol, &SMOLLM2, 10.0, 1024).unwrap();
         // 1,024 tokens: 217.4 GFLOP linear + 36.2 GFLOP causal attention =
         // 253.7 GFLOP, 25.4 s per call at 10 GFLOP/s, 56 calls.
-        let (t, ms) = e.per_length_ms[2];
-        assert_eq!(t, 1024);
+        let LengthEstimate { prompt_tokens, ms } = e.per_length[2];
+        assert_eq!(prompt_tokens, 1024);
         assert!((ms / 56.0 - 25_367.2).abs() < 1.0, "{ms}");
         let longer = Protocol { lengths: vec![4096], ..Protocol::default() };
-        assert_eq!(estimate(&longer, &SMOLLM2, 10.0, 1024).unwrap().per_length_ms[0].1, ms);
+        assert_eq!(estimate(&longer, &SMOLLM2, 10.0, 1024).unwrap().per_length[0].ms, ms);
         assert!(estimate(&protocol, &SMOLLM2, 0.0, 1024).is_none());
-        assert!((e.total_ms - e.per_length_ms.iter().map(|p| p.1).sum::<f64>()).abs() < 1e-6);
+        assert!((e.total_ms - e.per_length.iter().map(|l| l.ms).sum::<f64>()).abs() < 1e-6);
     }
 
     #[test]

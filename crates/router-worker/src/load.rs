@@ -7,7 +7,7 @@ use std::rc::Rc;
 use bench::report::Provenance;
 use router::{CacheBudget, Precision, PrefixCache, Router, RouterAssets, RouterConfig};
 use wire::desk::{Finished, JobTicket, Outcome};
-use wire::{Concern, FromWorker, JobResult, LoadStage, Manifest, ManifestModel, ModeInfo, ModelInfo, Source, StorageInfo};
+use wire::{Concern, FromWorker, JobResult, LoadStage, Manifest, ManifestModel, ModeInfo, ModelInfo, OfferedModel, Source, StorageInfo};
 
 use crate::{io, now_ms, post, wasm_memory_bytes, Loaded, RouterWorker};
 
@@ -271,11 +271,11 @@ pub(crate) async fn storage_info() -> StorageInfo {
                 Some(cache) => io::cached(&cache, &io::site_url(&model.file)).await.is_some(),
                 None => false,
             };
-            (model, cached)
+            OfferedModel { model, cached }
         }
     };
     let model_cached = match manifest.bundled() {
-        Some(model) => is_cached(model.clone()).await.1,
+        Some(model) => is_cached(model.clone()).await.cached,
         None => false,
     };
     let mut on_request = Vec::new();

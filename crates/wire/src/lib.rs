@@ -156,9 +156,17 @@ pub struct StorageInfo {
     pub model_cached: bool,
     /// The checkpoints offered on request, each with whether it is cached.
     #[serde(default)]
-    pub on_request: Vec<(ManifestModel, bool)>,
+    pub on_request: Vec<OfferedModel>,
     /// Why a figure is missing (no Cache API, not a secure context…).
     pub note: String,
+}
+
+/// A checkpoint the site offers on request, and whether this browser has
+/// it cached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OfferedModel {
+    pub model: ManifestModel,
+    pub cached: bool,
 }
 
 /// Worker → page.
