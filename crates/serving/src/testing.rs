@@ -88,3 +88,16 @@ pub fn arrivals(list: &[(f64, usize)]) -> Vec<Arrival> {
 pub fn settings(chunk: Option<usize>, policy: Policy) -> ServeSettings {
     ServeSettings { duration_s: 10.0, warmup_s: 0.0, drain_s: 10.0, chunk, policy, ..ServeSettings::default() }
 }
+
+/// A run with no records whose figures say: `offered` requests per second
+/// asked, `arrived` per second drawn over the measurement interval, and
+/// `goodput` per second served within the SLO (for the knee and the
+/// verdicts).
+pub fn drawn_run(offered: f64, arrived: f64, goodput: f64) -> ServeRun {
+    let settings = ServeSettings { rate_per_s: offered, ..ServeSettings::default() };
+    let window = settings.duration_s - settings.warmup_s;
+    let mut summary = RunSummary::of(&settings, &[], &[], 0, 0.0);
+    summary.goodput_per_s = goodput;
+    summary.measured = (arrived * window).round() as usize;
+    ServeRun { label: String::new(), settings, records: vec![], queue: vec![], summary }
+}

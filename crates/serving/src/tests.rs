@@ -143,20 +143,12 @@ fn percentiles_count_unserved_requests_as_beyond() {
 fn the_knee_is_the_last_sustained_rate() {
     // Arrivals as drawn: exactly the nominal rate over the measurement
     // interval, unless a test says otherwise.
-    let drawn = |offered: f64, arrived: f64, goodput: f64| {
-        let settings = ServeSettings { rate_per_s: offered, ..ServeSettings::default() };
-        let window = settings.duration_s - settings.warmup_s;
-        let mut summary = RunSummary::of(&settings, &[], &[], 0, 0.0);
-        summary.goodput_per_s = goodput;
-        summary.measured = (arrived * window).round() as usize;
-        ServeRun { label: String::new(), settings, records: vec![], queue: vec![], summary }
-    };
-    let run = |offered: f64, goodput: f64| drawn(offered, offered, goodput);
+    let run = |offered: f64, goodput: f64| drawn_run(offered, offered, goodput);
     let runs = [run(0.5, 0.5), run(1.0, 0.95), run(1.5, 1.2), run(2.0, 1.9)];
     assert_eq!(knee(&runs.iter().collect::<Vec<_>>(), KNEE_SHARE), Some(1.0));
     assert_eq!(knee(&runs[2..].iter().collect::<Vec<_>>(), KNEE_SHARE), None);
     // A draw that fell short of its nominal rate is judged by what arrived.
-    let short_draw = [run(0.5, 0.5), drawn(1.0, 0.6, 0.58), run(1.5, 1.0)];
+    let short_draw = [run(0.5, 0.5), drawn_run(1.0, 0.6, 0.58), run(1.5, 1.0)];
     assert_eq!(knee(&short_draw.iter().collect::<Vec<_>>(), KNEE_SHARE), Some(1.0));
 }
 

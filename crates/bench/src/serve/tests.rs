@@ -3,21 +3,13 @@
 
 use super::*;
 use serving::testing::*;
-use serving::{RunSummary, ServeSettings, Server};
+use serving::{ServeSettings, Server};
 use std::cell::Cell;
 use std::rc::Rc;
 
 #[test]
 fn the_goodput_peak_and_the_verdicts_read_the_load_sweep() {
-    let drawn = |offered: f64, arrived: f64, goodput: f64| {
-        let settings = ServeSettings { rate_per_s: offered, ..ServeSettings::default() };
-        let window = settings.duration_s - settings.warmup_s;
-        let mut summary = RunSummary::of(&settings, &[], &[], 0, 0.0);
-        summary.goodput_per_s = goodput;
-        summary.measured = (arrived * window).round() as usize;
-        ServeRun { label: String::new(), settings, records: vec![], queue: vec![], summary }
-    };
-    let run = |offered: f64, goodput: f64| drawn(offered, offered, goodput);
+    let run = |offered: f64, goodput: f64| drawn_run(offered, offered, goodput);
     // The goodput peak exists without a knee (an SLO tighter than an
     // unloaded long request), is the first of equal rates, and the verdicts
     // name it with the SLO read against the unloaded decide.
