@@ -15,7 +15,9 @@ use bench::report::{format_ms, LatencyReport};
 use bench::Protocol;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use wire::{FromWorker, JobEvent, JobId, JobProgress, JobRequest, JobResult, LoadSource, ModelInfo, Source, ToWorker};
+use wire::{
+    FromWorker, JobEvent, JobId, JobProgress, JobRequest, JobResult, LoadProgress, LoadSource, LoadStage, ModelInfo, Source, ToWorker,
+};
 
 use crate::browser;
 use crate::report_view::measured_where;
@@ -44,7 +46,7 @@ enum Phase {
     Starting,
     /// The worker is fetching (or reading from the cache), verifying and
     /// loading the checkpoint.
-    Loading { stage: String, done: u64, total: Option<u64> },
+    Loading(LoadProgress),
     /// The protocol runs: `done` of `overall` calls.
     Running { done: usize, overall: usize, prompt_tokens: usize },
     /// The column holds a result (measured here, or shared).
@@ -55,7 +57,7 @@ enum Phase {
 
 impl Phase {
     fn busy(&self) -> bool {
-        matches!(self, Phase::Starting | Phase::Loading { .. } | Phase::Running { .. })
+        matches!(self, Phase::Starting | Phase::Loading(_) | Phase::Running { .. })
     }
 }
 
@@ -152,7 +154,7 @@ impl Widget {
             Err(e) => return self.fail(e),
         };
         if self.start(JobRequest::Load { source: LoadSource::Site { on_request: None }, precision }) {
-            self.phase.set(Phase::Loading { stage: "starting".into(), done: 0, total: None });
+            self.phase.set(Phase::Loading(LoadProgress { stage: LoadStage::Starting, done: 0, total: None }));
         }
     }
 
@@ -194,9 +196,7 @@ impl Widget {
     fn on_job(self, event: JobEvent) {
         match event {
             JobEvent::Started | JobEvent::Progress(JobProgress::Reloaded(_)) => {}
-            JobEvent::Progress(JobProgress::Load(progress)) => {
-                self.phase.set(Phase::Loading { stage: progress.label(), done: progress.done, total: progress.total })
-            }
+            JobEvent::Progress(JobProgress::Load(progress)) => self.phase.set(Phase::Loading(progress)),
             JobEvent::Progress(JobProgress::BenchPrompts { overall, .. }) => {
                 self.phase.set(Phase::Running { done: 0, overall, prompt_tokens: 0 })
             }
@@ -421,11 +421,14 @@ fn Progress(widget: Widget) -> impl IntoView {
     let status = move || match widget.phase.get() {
         Phase::Idle => String::new(),
         Phase::Starting => "Starting the router worker…".into(),
-        Phase::Loading { stage, done, total } => match total {
-            Some(t) if t > 0 => {
-                format!("Loading the bundled checkpoint: {stage}, {} of {}.", kv::units::binary(done as u128), kv::units::binary(t as u128))
-            }
-            _ => format!("Loading the bundled checkpoint: {stage}."),
+        Phase::Loading(progress) => match progress.total {
+            Some(t) if t > 0 && progress.stage.counts_bytes() => format!(
+                "Loading the bundled checkpoint: {}, {} of {}.",
+                progress.label(),
+                kv::units::binary(progress.done as u128),
+                kv::units::binary(t as u128)
+            ),
+            _ => format!("Loading the bundled checkpoint: {}.", progress.label()),
         },
         Phase::Running { done, overall, prompt_tokens } => {
             if prompt_tokens == 0 {
@@ -447,9 +450,9 @@ fn Progress(widget: Widget) -> impl IntoView {
     };
     let bar = move || {
         let (value, max) = match widget.phase.get() {
-            Phase::Loading { done, total: Some(t), .. } if t > 0 => (done as f64, t as f64),
+            Phase::Loading(LoadProgress { done, total: Some(t), .. }) if t > 0 => (done as f64, t as f64),
             Phase::Running { done, overall, .. } if overall > 0 => (done as f64, overall as f64),
-            Phase::Starting | Phase::Loading { .. } | Phase::Running { .. } => (0.0, 1.0),
+            Phase::Starting | Phase::Loading(_) | Phase::Running { .. } => (0.0, 1.0),
             _ => return None,
         };
         Some(view! { <progress data-testid="widget-progress" aria-label="Progress of the run" max=max value=value></progress> })

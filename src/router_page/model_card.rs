@@ -35,9 +35,13 @@ pub fn ModelCard() -> impl IntoView {
         .map(|progress| {
             let stage = progress.label();
             let (value, max, text) = match progress.total {
-                Some(t) if t > 1 && progress.done > 0 => {
-                    (progress.done as f64, t as f64, format!("{stage}: {} of {}", bytes_or_count(progress.done, t), bytes_or_count(t, t)))
-                }
+                Some(t) if t > 1 && progress.done > 0 && progress.stage.counts_bytes() => (
+                    progress.done as f64,
+                    t as f64,
+                    format!("{stage}: {} of {}", kv::units::binary(progress.done as u128), kv::units::binary(t as u128)),
+                ),
+                // Items (the descriptors) count in the label itself.
+                Some(t) if t > 1 && progress.done > 0 => (progress.done as f64, t as f64, stage),
                 Some(t) if t > 1 => (0.0, t as f64, stage),
                 _ => (0.0, 0.0, stage),
             };
@@ -117,14 +121,6 @@ pub fn ModelCard() -> impl IntoView {
                 }
             })}
         </section>
-    }
-}
-
-fn bytes_or_count(n: u64, total: u64) -> String {
-    if total > 4096 {
-        kv::units::binary(n as u128)
-    } else {
-        n.to_string()
     }
 }
 

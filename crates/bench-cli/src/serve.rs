@@ -12,7 +12,7 @@ use bench::serve::engine::{user_turn, RouterEngine};
 use bench::serve::{self, ServeStudy};
 use bench_cli::cli::{usage, ChunkArg, PolicyArg, Progress};
 use bench_cli::{read, Loaded, RouterFlags};
-use serving::{Policy, ServeRun, ServeSettings, Step};
+use serving::{NamedConversation, Policy, ServeRun, ServeSettings, Step};
 use web_time::Instant;
 
 #[derive(clap::Args, Debug)]
@@ -122,13 +122,14 @@ pub fn run(flags: &RouterFlags, s: &ServeFlags, out: &Path, output: crate::Outpu
     let plan = plan(s)?;
     let tasks_text = String::from_utf8(read(&s.serve_tasks, "--serve-tasks")?).context("--serve-tasks: not UTF-8")?;
     let tasks = bench::tasks::parse_jsonl(&tasks_text, &s.serve_tasks.display().to_string()).map_err(anyhow::Error::msg)?;
-    let named: Vec<(String, router::Conversation)> = tasks.iter().map(|t| (t.id.clone(), user_turn(&t.prompt))).collect();
+    let named: Vec<NamedConversation> =
+        tasks.iter().map(|t| NamedConversation { name: t.id.clone(), conversation: user_turn(&t.prompt) }).collect();
     let (named, replay, arrivals_name) = match &s.trace {
         Some(path) => {
             let text = String::from_utf8(read(path, "--trace")?).context("--trace: not UTF-8")?;
             let lines = serving::parse_trace(&text).with_context(|| format!("--trace {}", path.display()))?;
-            let (named, arrivals) = serving::trace_arrivals(&lines, &named).with_context(|| format!("--trace {}", path.display()))?;
-            (named, Some(arrivals), path.display().to_string())
+            let replay = serving::trace_arrivals(&lines, &named).with_context(|| format!("--trace {}", path.display()))?;
+            (replay.conversations, Some(replay.arrivals), path.display().to_string())
         }
         None => (named, None, "poisson".to_string()),
     };

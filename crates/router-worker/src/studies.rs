@@ -6,8 +6,8 @@ use bench::report::{component_versions, Environment, LatencyReport, NoStudies, P
 use bench::serve;
 use bench::{Protocol, Session};
 use js_sys::Reflect;
-use router::{CacheBudget, Conversation};
-use serving::ServeSettings;
+use router::CacheBudget;
+use serving::{NamedConversation, ServeSettings};
 use wasm_bindgen::prelude::*;
 use wire::desk::{Finished, JobTicket, Outcome};
 use wire::{JobProgress, JobResult};
@@ -123,12 +123,13 @@ impl RouterWorker {
         for settings in &plan {
             settings.check().map_err(|e| e.to_string())?;
         }
-        let named: Vec<(String, Conversation)> = tasks.iter().map(|t| (t.id.clone(), serve::engine::user_turn(&t.prompt))).collect();
+        let named: Vec<NamedConversation> =
+            tasks.iter().map(|t| NamedConversation { name: t.id.clone(), conversation: serve::engine::user_turn(&t.prompt) }).collect();
         let (named, replay, arrivals_name) = match &trace {
             Some(text) => {
                 let lines = serving::parse_trace(text).map_err(|e| e.to_string())?;
-                let (named, arrivals) = serving::trace_arrivals(&lines, &named).map_err(|e| e.to_string())?;
-                (named, Some(arrivals), "trace file".to_string())
+                let replay = serving::trace_arrivals(&lines, &named).map_err(|e| e.to_string())?;
+                (replay.conversations, Some(replay.arrivals), "trace file".to_string())
             }
             None => (named, None, "poisson".to_string()),
         };

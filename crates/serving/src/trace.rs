@@ -87,36 +87,46 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, ServeError> {
 
 /// A conversation a trace may send, by name (a task id, or
 /// `trace-arrival-N` for a conversation written in the trace).
-pub type NamedConversation = (String, router::Conversation);
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedConversation {
+    pub name: String,
+    pub conversation: router::Conversation,
+}
 
-/// A replayed trace over a task set: the conversations it sends (the
-/// tasks it names, then each inline conversation) by name, and its
-/// arrivals indexing them. An unknown task is named with its line.
-pub fn trace_arrivals(lines: &[TraceLine], tasks: &[NamedConversation]) -> Result<(Vec<NamedConversation>, Vec<Arrival>), ServeError> {
+/// A replayed trace: the conversations it sends (the tasks it names, then
+/// each inline conversation) by name, and its arrivals indexing them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay {
+    pub conversations: Vec<NamedConversation>,
+    pub arrivals: Vec<Arrival>,
+}
+
+/// A replayed trace over a task set. An unknown task is named with its line.
+pub fn trace_arrivals(lines: &[TraceLine], tasks: &[NamedConversation]) -> Result<Replay, ServeError> {
     let mut named: Vec<NamedConversation> = Vec::new();
     let mut arrivals = Vec::with_capacity(lines.len());
     for (id, line) in lines.iter().enumerate() {
         let prompt = match (&line.task, &line.conversation) {
-            (Some(task), _) => match named.iter().position(|(n, _)| n == task) {
+            (Some(task), _) => match named.iter().position(|n| &n.name == task) {
                 Some(index) => index,
                 None => {
-                    let (_, conversation) = tasks
+                    let known = tasks
                         .iter()
-                        .find(|(n, _)| n == task)
+                        .find(|n| &n.name == task)
                         .ok_or_else(|| ServeError::Trace { line: id + 1, reason: format!("task `{task}` is not in the task file") })?;
-                    named.push((task.clone(), conversation.clone()));
+                    named.push(known.clone());
                     named.len() - 1
                 }
             },
             (None, Some(conversation)) => {
-                named.push((format!("trace-arrival-{}", id + 1), conversation.clone()));
+                named.push(NamedConversation { name: format!("trace-arrival-{}", id + 1), conversation: conversation.clone() });
                 named.len() - 1
             }
             (None, None) => return Err(ServeError::Trace { line: id + 1, reason: "no task or conversation".into() }),
         };
         arrivals.push(Arrival { id, at_ms: line.at_ms, prompt });
     }
-    Ok((named, arrivals))
+    Ok(Replay { conversations: named, arrivals })
 }
 
 /// Fits a run's settings to a replayed trace: the arrivals last as long as

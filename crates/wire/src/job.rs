@@ -229,6 +229,13 @@ pub enum LoadStage {
     Build(BuildStage),
 }
 
+impl LoadStage {
+    /// Whether its `done` and `total` are bytes (a read), not items.
+    pub fn counts_bytes(self) -> bool {
+        matches!(self, LoadStage::Downloading | LoadStage::ReadingCache | LoadStage::ReadingFile)
+    }
+}
+
 impl LoadProgress {
     /// The stage as the page prints it (the descriptors count up from 1).
     pub fn label(&self) -> String {

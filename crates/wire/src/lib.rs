@@ -256,6 +256,7 @@ mod tests {
         assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
         let stage = LoadProgress { stage: LoadStage::Build(router::BuildStage::Descriptors), done: 2, total: Some(8) };
         assert_eq!(stage.label(), "encoding candidate descriptors (3/8)");
+        assert!(!stage.stage.counts_bytes() && LoadStage::Downloading.counts_bytes());
         let progress = FromWorker::Job { id: JobId(1), event: JobEvent::Progress(JobProgress::Load(stage)) };
         assert_eq!(FromWorker::from_json(&progress.to_json()).unwrap(), progress);
     }

@@ -7,7 +7,7 @@
 use router::{elapsed_ms, Conversation, Message, PendingDecide, Role, Router};
 use web_time::Instant;
 
-use serving::{Engine, Finished, TracePrompt};
+use serving::{Engine, Finished, NamedConversation, TracePrompt};
 
 /// `decide` on `router` over a fixed set of conversations (the trace's
 /// prompts), in one mode.
@@ -28,14 +28,14 @@ impl<'a> RouterEngine<'a> {
     /// and truncating it once before the run (no prefill).
     pub fn new(
         router: &'a Router,
-        named: Vec<(String, Conversation)>,
+        named: Vec<NamedConversation>,
         mode: Option<String>,
     ) -> Result<(RouterEngine<'a>, Vec<TracePrompt>), String> {
         let mut prompts = Vec::with_capacity(named.len());
         let mut conversations = Vec::with_capacity(named.len());
-        for (task, conversation) in named {
-            let job = router.begin_decide(&conversation, mode.as_deref()).map_err(|e| format!("{task}: {e}"))?;
-            prompts.push(TracePrompt { task, tokens: job.tokens_kept() });
+        for NamedConversation { name, conversation } in named {
+            let job = router.begin_decide(&conversation, mode.as_deref()).map_err(|e| format!("{name}: {e}"))?;
+            prompts.push(TracePrompt { task: name, tokens: job.tokens_kept() });
             conversations.push(conversation);
         }
         Ok((RouterEngine { router, conversations, mode }, prompts))
