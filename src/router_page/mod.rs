@@ -147,6 +147,22 @@ fn export_report(report: &Report, file: &str, alert: Alert) {
     }
 }
 
+/// A shown report's Export and Share buttons (`{id}-export`, `{id}-share`)
+/// and, once shared, its link (`{id}-share-link`).
+#[component]
+fn ReportActions(report: Report, file: &'static str, id: &'static str) -> impl IntoView {
+    let alert = expect_context::<Alert>();
+    let link = RwSignal::new(None::<String>);
+    let (exported, shared) = (report.clone(), report);
+    view! {
+        <div class="row">
+            <button type="button" data-testid=format!("{id}-export") on:click=move |_| export_report(&exported, file, alert)>"Export JSON"</button>
+            <button type="button" data-testid=format!("{id}-share") on:click=move |_| share_report(&shared, link)>"Copy a share link"</button>
+        </div>
+        {move || link.get().map(|link| view! { <p class="note"><a data-testid=format!("{id}-share-link") href=link>"Share link"</a>" (copied)"</p> })}
+    }
+}
+
 /// Fetches a committed report (`file`, beside the page) and the study in
 /// its section; errors name the file and what is missing.
 async fn fetch_study<T: Clone>(file: &str, what: &str, section: fn(&Report) -> Option<&T>) -> Result<(Report, T), String> {

@@ -10,7 +10,7 @@ use leptos::task::spawn_local;
 use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::worker::{JobProgress as JobProgressLine, Worker};
-use super::{export_report, fetch_study, share_report, Alert, NeedsModel};
+use super::{fetch_study, Alert, NeedsModel, ReportActions};
 use crate::browser;
 use crate::quality_view::QualityView;
 
@@ -238,9 +238,7 @@ fn BrowserQuality(study: bench::quality::QualityStudy) -> impl IntoView {
 /// share link like a latency report.
 #[component]
 pub fn QualityCard() -> impl IntoView {
-    let alert = expect_context::<Alert>();
     let state = RwSignal::new(QualityState::Idle);
-    let share_link = RwSignal::new(None::<String>);
     let show = move |_| {
         state.set(QualityState::Loading);
         spawn_local(async move {
@@ -253,16 +251,6 @@ pub fn QualityCard() -> impl IntoView {
     let report = move || match state.get() {
         QualityState::Shown(shown) => Some(shown.0),
         _ => None,
-    };
-    let export = move |_| {
-        if let Some(report) = report() {
-            export_report(&report, "router-quality.cpu.json", alert);
-        }
-    };
-    let share = move |_| {
-        if let Some(report) = report() {
-            share_report(&report, share_link);
-        }
     };
     view! {
         <section class="card" aria-labelledby="quality-h">
@@ -277,12 +265,8 @@ pub fn QualityCard() -> impl IntoView {
                 <button type="button" data-testid="quality-show" disabled=move || state.get() == QualityState::Loading on:click=show>
                     "Show the measured study"
                 </button>
-                {move || report().map(|_| view! {
-                    <button type="button" data-testid="quality-export" on:click=export>"Export JSON"</button>
-                    <button type="button" data-testid="quality-share" on:click=share>"Copy a share link"</button>
-                })}
             </div>
-            {move || share_link.get().map(|link| view! { <p class="note"><a data-testid="quality-share-link" href=link.clone()>"Share link"</a>" (copied)"</p> })}
+            {move || report().map(|report| view! { <ReportActions report=report file="router-quality.cpu.json" id="quality"/> })}
             {move || match state.get() {
                 QualityState::Failed(e) => Some(view! { <p class="problem" role="alert" data-testid="quality-error">{e}</p> }.into_any()),
                 QualityState::Loading => Some(view! { <p class="note">"Fetching quality.json…"</p> }.into_any()),

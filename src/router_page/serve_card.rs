@@ -9,7 +9,7 @@ use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::serve_form::ServeForm;
 use super::worker::{JobProgress as JobProgressLine, Worker};
-use super::{export_report, fetch_study, file_from_input, share_report, Alert, NeedsModel, PageForm};
+use super::{fetch_study, file_from_input, Alert, NeedsModel, PageForm, ReportActions};
 use crate::browser;
 use crate::serve_view::ServeView;
 
@@ -93,7 +93,6 @@ pub fn ServeCard() -> impl IntoView {
     worker.on_job(JobKind::Serve, move |event| state.apply(event));
     let form = RwSignal::new(ServeForm::default());
     let native = RwSignal::new(NativeServe::Idle);
-    let share_link = RwSignal::new(None::<String>);
     let fetched_tasks = StoredValue::new_local(None::<Vec<wire::TaskPrompt>>);
     let fetching = RwSignal::new(false);
     // The runs sent to the worker (the form may change while they run).
@@ -154,7 +153,6 @@ pub fn ServeCard() -> impl IntoView {
                 state.runs_done.set(Vec::new());
                 state.live.set(None);
                 state.measured.set(None);
-                share_link.set(None);
             }
         });
     };
@@ -192,17 +190,10 @@ pub fn ServeCard() -> impl IntoView {
     let result = move || {
         state.measured.get().map(|Measured { report, cancelled }| {
             let study = report.studies.serve.clone();
-            let exported = report.clone();
-            let export = move |_| export_report(&exported, "router-serve.browser.json", alert);
-            let shared = report.clone();
             view! {
                 <h3>"Measured in this browser"</h3>
                 {cancelled.then(|| view! { <p class="note" data-testid="serve-cancelled">"Cancelled: the runs so far are shown; the last one stopped early."</p> })}
-                <div class="row">
-                    <button type="button" data-testid="serve-export" on:click=export>"Export JSON"</button>
-                    <button type="button" data-testid="serve-share" on:click=move |_| share_report(&shared, share_link)>"Copy a share link"</button>
-                </div>
-                {move || share_link.get().map(|link| view! { <p class="note"><a data-testid="serve-share-link" href=link.clone()>"Share link"</a>" (copied)"</p> })}
+                <ReportActions report=report file="router-serve.browser.json" id="serve"/>
                 {study.map(|study| view! { <ServeView study=study/> })}
             }
         })

@@ -199,7 +199,17 @@ impl Worker {
     }
 
     fn on_message(self, message: FromWorker) {
-        let Some(applied) = self.session.try_update(|s| s.apply(message)) else { return };
+        // Most of a long job's events change nothing in the session: its
+        // readers (every card's buttons) hear only of those that do.
+        let taken = self.session.try_update_untracked(|s| {
+            let before = s.revision();
+            let applied = s.apply(message);
+            (applied, s.revision() != before)
+        });
+        let Some((applied, changed)) = taken else { return };
+        if changed {
+            self.session.notify();
+        }
         match applied {
             Applied::Hello { message: FromWorker::Hello { tasks, .. }, reload } => {
                 self.tasks.set(tasks);

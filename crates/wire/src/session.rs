@@ -10,7 +10,7 @@
 //! (the tests are half this file's length, kept beside what they pin);
 //! the page holds it in one signal and acts on what it returns.
 
-use crate::job::{JobEvent, JobId, JobKind, JobProgress, JobResult, LoadProgress, LoadStage};
+use crate::job::{JobEvent, JobId, JobKind, JobProgress, JobResult, LoadProgress, LoadStage, Rejection};
 use crate::{FromWorker, ModelInfo};
 
 /// Milliseconds a running call may take to honour Cancel before the worker
@@ -88,7 +88,7 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::WorkerNotRunning => write!(f, "the router worker is not running; reload the page to start it"),
-            Refusal::Busy(kind) => write!(f, "the worker is busy with {}; wait for it to finish or cancel it", kind.phrase()),
+            Refusal::Busy(kind) => Rejection::Busy { running: *kind }.fmt(f),
             Refusal::NoModel => write!(f, "load the model first (card 1)"),
         }
     }
@@ -147,6 +147,10 @@ pub struct Session {
     /// The model as it was before a load the worker has not yet taken: the
     /// page shows the load at once, and a refused load puts this back.
     before_load: Option<ModelState>,
+    /// Counts the messages that changed the session: most of a long job's
+    /// events (a serving tick every 100 ms, each bench call) change nothing
+    /// here, and the page tells the session's readers only when this moves.
+    revision: u64,
 }
 
 impl Default for Session {
@@ -165,6 +169,7 @@ impl Session {
             last_id: 0,
             reload_when_started: false,
             before_load: None,
+            revision: 0,
         }
     }
 
@@ -196,6 +201,11 @@ impl Session {
     /// Whether the worker is doing (or was just asked to do) anything.
     pub fn busy(&self) -> bool {
         self.job.is_some() || self.worker != WorkerState::Running
+    }
+
+    /// See the field: it moves whenever [`Session::apply`] changed anything.
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     pub fn generation(&self) -> u32 {
@@ -249,6 +259,7 @@ impl Session {
     pub fn apply(&mut self, message: FromWorker) -> Applied {
         match message {
             FromWorker::Hello { .. } => {
+                self.revision += 1;
                 self.worker = WorkerState::Running;
                 let reload = std::mem::take(&mut self.reload_when_started);
                 Applied::Hello { message, reload }
@@ -256,17 +267,24 @@ impl Session {
             FromWorker::Job { id, event } => {
                 let Some(job) = self.job.as_mut().filter(|j| j.id == id) else { return Applied::Stale };
                 let kind = job.kind;
-                match &event {
-                    JobEvent::Started => job.accepted = true,
-                    JobEvent::Progress(JobProgress::ServeWarmedUp { unloaded_heaviest_ms, .. }) => {
-                        job.cancel_grace_ms = serve_cancel_grace_ms(*unloaded_heaviest_ms)
+                let mut changed = match &event {
+                    JobEvent::Started => {
+                        job.accepted = true;
+                        true
                     }
-                    _ => {}
-                }
+                    JobEvent::Progress(JobProgress::ServeWarmedUp { unloaded_heaviest_ms, .. }) => {
+                        job.cancel_grace_ms = serve_cancel_grace_ms(*unloaded_heaviest_ms);
+                        true
+                    }
+                    _ => false,
+                };
                 if event.is_terminal() {
                     self.job = None;
+                    changed = true;
                 }
-                self.apply_to_model(kind, &event);
+                if self.apply_to_model(kind, &event) || changed {
+                    self.revision += 1;
+                }
                 Applied::Job { kind, event }
             }
             FromWorker::Panicked { message } => Applied::Replace(message),
@@ -277,8 +295,8 @@ impl Session {
     /// What an event says about the held checkpoint. A load replaces the
     /// model from its `Started` on (the worker drops the old one first); a
     /// load refused as busy puts the model back as it was; a bench's reload
-    /// renews it.
-    fn apply_to_model(&mut self, kind: JobKind, event: &JobEvent) {
+    /// renews it. Whether anything changed.
+    fn apply_to_model(&mut self, kind: JobKind, event: &JobEvent) -> bool {
         match (kind, event) {
             (JobKind::Load, JobEvent::Started) => self.before_load = None,
             (JobKind::Load, JobEvent::Rejected(_)) => {
@@ -290,8 +308,9 @@ impl Session {
             (JobKind::Load, JobEvent::Finished { result: JobResult::Loaded(model), .. }) => self.model = ModelState::Ready(model.clone()),
             (JobKind::Load, JobEvent::Failed { .. }) => self.model = ModelState::Failed,
             (_, JobEvent::Progress(JobProgress::Reloaded(model))) => self.model = ModelState::Ready(model.clone()),
-            _ => {}
+            _ => return false,
         }
+        true
     }
 
     /// Cancel for the running job, when it is a cancellable one the worker
@@ -349,7 +368,6 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::Rejection;
     use crate::testing::model_info;
 
     fn hello() -> FromWorker {
@@ -492,6 +510,30 @@ mod tests {
         session.lost();
         session.spawned();
         assert!(matches!(session.apply(hello()), Applied::Hello { reload: false, .. }), "no model had loaded on that worker");
+    }
+
+    #[test]
+    fn only_a_message_that_changes_the_session_moves_its_revision() {
+        let mut session = ready();
+        let id = session.start(JobKind::Serve).unwrap();
+        let moved = |session: &mut Session, event: JobEvent| {
+            let before = session.revision();
+            session.apply(job(id, event));
+            session.revision() != before
+        };
+        assert!(moved(&mut session, JobEvent::Started));
+        let warmed = JobProgress::ServeWarmedUp { prompts: 1, runs: 1, unloaded_heaviest_ms: 10.0 };
+        assert!(moved(&mut session, JobEvent::Progress(warmed)));
+        let tick = JobProgress::ServeTick {
+            run: 0,
+            sample: serving::QueueSample { t_ms: 5.0, in_system: 1, waiting: 0 },
+            finished: 0,
+            arrivals: 1,
+        };
+        assert!(!moved(&mut session, JobEvent::Progress(tick.clone())), "a tick changes nothing here");
+        let routed = JobResult::Routed { checkpoint_id: String::new(), head_id: None };
+        assert!(moved(&mut session, JobEvent::Finished { result: routed, cancelled: false }));
+        assert!(!moved(&mut session, JobEvent::Progress(tick)), "an answer about an ended job is stale");
     }
 
     #[test]
