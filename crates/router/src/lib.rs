@@ -22,6 +22,8 @@ pub mod dequant;
 #[cfg(feature = "engine")]
 pub mod error;
 #[cfg(feature = "engine")]
+pub mod generate;
+#[cfg(feature = "engine")]
 pub mod gguf;
 #[cfg(feature = "engine")]
 pub mod head;
@@ -29,6 +31,8 @@ pub mod head;
 pub mod integer;
 #[cfg(feature = "engine")]
 pub mod kernels;
+#[cfg(feature = "engine")]
+mod lm_head;
 #[cfg(feature = "engine")]
 pub mod model;
 #[cfg(feature = "engine")]
@@ -43,6 +47,7 @@ pub mod probe;
 pub mod prompts;
 #[cfg(feature = "engine")]
 pub mod router;
+pub mod sampling;
 #[cfg(feature = "engine")]
 pub mod segment;
 #[cfg(feature = "engine")]

@@ -26,8 +26,9 @@ use crate::error::{Result, RouterError};
 use crate::gguf::{Checkpoint, Hparams};
 use crate::integer::{Activations as IntActivations, IntPacked};
 use crate::kernels::Packed;
+use crate::lm_head::{HeadArithmetic, LmHead};
 use crate::parallel;
-use crate::segment::{KvLayout, KvState, Segment, SegmentView};
+use crate::segment::{KvLayout, KvState, PagedKv, Segment, SegmentView};
 
 pub use crate::decision::Precision;
 
@@ -368,6 +369,39 @@ struct Scratch {
     up: Vec<f32>,
 }
 
+/// One sequence's part of a [`Backbone::forward`]: the tokens `ids` it
+/// adds after the shared views it reads (`shared`: a cached prefix, read in
+/// place) and the tokens already in its own pages (`own`, written to).
+pub struct Span<'a> {
+    pub shared: &'a KvState,
+    pub own: &'a mut PagedKv,
+    pub ids: &'a [u32],
+}
+
+impl Span<'_> {
+    /// The position of the span's first new token.
+    pub fn start(&self) -> usize {
+        self.shared.tokens() + self.own.len()
+    }
+}
+
+/// What a forward pass returns: the final hidden states (after the output
+/// norm) of every row, `[rows × hidden]` in span order, each span's first
+/// row, and where the time went.
+pub struct Forward {
+    pub hidden: Vec<f32>,
+    pub offsets: Vec<usize>,
+    pub projections_ms: f64,
+    pub attention_ms: f64,
+}
+
+impl Forward {
+    /// Span `span`'s last row: the state the next token is predicted from.
+    pub fn last_row(&self, span: usize, tokens: usize, hidden: usize) -> &[f32] {
+        &self.hidden[(self.offsets[span] + tokens - 1) * hidden..][..hidden]
+    }
+}
+
 /// The loaded backbone.
 pub struct Backbone {
     pub hparams: Hparams,
@@ -379,6 +413,8 @@ pub struct Backbone {
     rope: Vec<RopeTable>,
     /// Positions the RoPE tables cover: the longest sequence a state may reach.
     positions: usize,
+    /// Hidden states to logits, for generation.
+    lm_head: LmHead,
 }
 
 impl Backbone {
@@ -440,7 +476,16 @@ impl Backbone {
             });
         }
         let output_norm = vector(ck, "output_norm.weight", h.hidden)?;
-        Ok(Backbone { hparams: h, precision, embeddings, layers, output_norm, rope, positions })
+        // An untied head is `output.weight`; a tied one reads the embeddings.
+        let tied = !ck.content.tensor_infos.contains_key("output.weight");
+        let head_name = if tied { "token_embd.weight" } else { "output.weight" };
+        let lm_head = match ck.content.tensor_infos.get(head_name).map(|info| info.ggml_dtype) {
+            Some(dtype) if LmHead::in_place(dtype) && h.hidden.is_multiple_of(crate::integer::BLOCK) => {
+                LmHead::Q8Blocks(if tied { None } else { Some(ck.tensor(head_name)?) })
+            }
+            _ => LmHead::Projection(Weights::load(ck, head_name, h.vocab, h.hidden, precision)?),
+        };
+        Ok(Backbone { hparams: h, precision, embeddings, layers, output_norm, rope, positions, lm_head })
     }
 
     /// The shape of one token's K/V state.
@@ -453,40 +498,69 @@ impl Backbone {
     /// segment: every layer's keys and values, and the final hidden states.
     /// `prefix` is read in place, never copied.
     pub fn prefill(&self, prefix: &KvState, ids: &[u32]) -> Result<Segment> {
+        let mut own = PagedKv::single(self.kv_layout(), ids.len());
+        let forward = self.forward(&mut [Span { shared: prefix, own: &mut own, ids }])?;
+        let mut segment = own.into_segment();
+        (segment.projections_ms, segment.attention_ms) = (forward.projections_ms, forward.attention_ms);
+        Ok(segment)
+    }
+
+    /// One forward pass over several sequences at once, as a serving
+    /// engine's iteration runs it: every span's new tokens go through the
+    /// projections as rows of one product (a decode step of B sequences is
+    /// B rows, a prefill chunk its length), while RoPE, the K/V writes and
+    /// attention are per span, over that sequence's own state. Each span's
+    /// keys and values are written into its `own` pages (allocated as
+    /// needed) and its final hidden states returned, all rows in span
+    /// order. A span of one token is a decode step; of many, a prefill or
+    /// a prefill chunk; the arithmetic of a row does not depend on which
+    /// other rows share its pass.
+    pub fn forward(&self, spans: &mut [Span<'_>]) -> Result<Forward> {
         let h = &self.hparams;
         let arch = h.architecture;
-        let t = ids.len();
-        if t == 0 {
-            return Err(RouterError::Request("nothing to encode: zero tokens".into()));
+        let rows: usize = spans.iter().map(|s| s.ids.len()).sum();
+        for span in spans.iter() {
+            let t = span.ids.len();
+            if t == 0 {
+                return Err(RouterError::Request("nothing to encode: zero tokens".into()));
+            }
+            let end = span.start() + t;
+            if end > self.positions {
+                return Err(RouterError::Request(format!("{end} tokens exceed the backbone's RoPE table of {}", self.positions)));
+            }
+            if let Some(bad) = span.ids.iter().find(|&&id| id as usize >= h.vocab) {
+                return Err(RouterError::Request(format!("token id {bad} is outside the vocabulary of {}", h.vocab)));
+            }
         }
-        let start = prefix.tokens();
-        if start + t > self.positions {
-            return Err(RouterError::Request(format!("{} tokens exceed the backbone's RoPE table of {}", start + t, self.positions)));
-        }
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= h.vocab) {
-            return Err(RouterError::Request(format!("token id {bad} is outside the vocabulary of {}", h.vocab)));
+        if rows == 0 {
+            return Err(RouterError::Request("nothing to encode: no sequences".into()));
         }
         let (d, q_dim, kv_dim) = (h.head_dim, h.heads * h.head_dim, h.kv_heads * h.head_dim);
         let eps = h.rms_eps as f32;
         let scale = 1.0 / (d as f32).sqrt();
-        let layout = self.kv_layout();
-        let width = layout.value_width();
-        let mut segment = Segment::zeroed(layout, t);
+        let width = self.kv_layout().value_width();
+        for span in spans.iter_mut() {
+            let end = span.own.len() + span.ids.len();
+            span.own.grow_to(end);
+        }
+        // Each span's first row in the batch.
+        let offsets: Vec<usize> = spans.iter().scan(0, |at, s| Some(std::mem::replace(at, *at + s.ids.len()))).collect();
 
         // The residual stream and one normed copy of it, reused by every layer.
-        let mut x = self.embeddings.embedding(&Tensor::new(ids, &Device::Cpu)?)?.flatten_all()?.to_vec1::<f32>()?;
+        let ids: Vec<u32> = spans.iter().flat_map(|s| s.ids.iter().copied()).collect();
+        let mut x = self.embeddings.embedding(&Tensor::new(ids.as_slice(), &Device::Cpu)?)?.flatten_all()?.to_vec1::<f32>()?;
         if arch.embedding_scale == EmbeddingScale::SqrtHidden {
             let factor = (h.hidden as f32).sqrt();
             x.iter_mut().for_each(|v| *v *= factor);
         }
-        let mut normed = vec![0f32; t * h.hidden];
-        let mut attended = vec![0f32; t * q_dim];
+        let mut normed = vec![0f32; rows * h.hidden];
+        let mut attended = vec![0f32; rows * q_dim];
         let Scratch { quantized, q, k, v, out, gate, up } = &mut Scratch::default();
         let (mut projections_ms, mut attention_ms) = (0.0, 0.0);
         for (l, layer) in self.layers.iter().enumerate() {
             rms_norm_into(&x, &layer.attn_norm, eps, &mut normed);
             let started = Instant::now();
-            let input = &mut Input::new(&normed, t, quantized);
+            let input = &mut Input::new(&normed, rows, quantized);
             layer.q.forward_into(input, q)?;
             layer.k.forward_into(input, k)?;
             layer.v.forward_into(input, v)?;
@@ -496,26 +570,41 @@ impl Backbone {
                 rms_norm(k, k_norm, eps);
             }
             let rope = &self.rope[layer.rope];
-            rope.apply(q, q_dim, d, start, arch.rope);
-            rope.apply(k, kv_dim, d, start, arch.rope);
+            for (span, &first) in spans.iter_mut().zip(&offsets) {
+                let (t, start, written) = (span.ids.len(), span.start(), span.own.len());
+                let span_rows = first..first + t;
+                rope.apply(&mut q[span_rows.start * q_dim..span_rows.end * q_dim], q_dim, d, start, arch.rope);
+                rope.apply(&mut k[span_rows.start * kv_dim..span_rows.end * kv_dim], kv_dim, d, start, arch.rope);
 
-            // This layer's keys and values, per head, into the new segment.
-            let (keys, values) = segment.layer_mut(l);
-            for (i, (k_row, v_row)) in k.chunks_exact(kv_dim).zip(v.chunks_exact(kv_dim)).enumerate() {
-                for g in 0..h.kv_heads {
-                    keys[(g * t + i) * d..][..d].copy_from_slice(&k_row[g * d..][..d]);
-                    values[(g * t + i) * width..][..d].copy_from_slice(&v_row[g * d..][..d]);
+                // This layer's keys and values, per head, into the span's pages.
+                for i in 0..t {
+                    let (k_row, v_row) = (&k[(first + i) * kv_dim..][..kv_dim], &v[(first + i) * kv_dim..][..kv_dim]);
+                    let (block, row) = span.own.slot(written + i);
+                    let block = span.own.block_mut(block);
+                    let head_rows = block.tokens();
+                    let (keys, values) = block.layer_mut(l);
+                    for g in 0..h.kv_heads {
+                        keys[(g * head_rows + row) * d..][..d].copy_from_slice(&k_row[g * d..][..d]);
+                        values[(g * head_rows + row) * width..][..d].copy_from_slice(&v_row[g * d..][..d]);
+                    }
                 }
+                let mut pieces: Vec<_> = span.shared.views().iter().map(|view| view.segment.piece(l, view.rows.clone())).collect();
+                pieces.extend(span.own.pieces(l, written + t));
+                let shape =
+                    attention::Shape { heads: h.heads, kv_heads: h.kv_heads, tokens: t, head_dim: d, start, window: layer.kind.window };
+                let started = Instant::now();
+                attention::causal(
+                    &q[span_rows.start * q_dim..span_rows.end * q_dim],
+                    &pieces,
+                    shape,
+                    scale,
+                    &mut attended[span_rows.start * q_dim..span_rows.end * q_dim],
+                );
+                attention_ms += elapsed_ms(started);
             }
-            let mut pieces: Vec<_> = prefix.views().iter().map(|view| view.segment.piece(l, view.rows.clone())).collect();
-            pieces.push(segment.piece(l, 0..t));
-            let shape = attention::Shape { heads: h.heads, kv_heads: h.kv_heads, tokens: t, head_dim: d, start, window: layer.kind.window };
-            let started = Instant::now();
-            attention::causal(q, &pieces, shape, scale, &mut attended);
-            attention_ms += elapsed_ms(started);
 
             let started = Instant::now();
-            layer.o.forward_into(&mut Input::new(&attended, t, quantized), out)?;
+            layer.o.forward_into(&mut Input::new(&attended, rows, quantized), out)?;
             projections_ms += elapsed_ms(started);
             if let Some((post_attention, _)) = &layer.post_norms {
                 rms_norm(out, post_attention, eps);
@@ -524,23 +613,53 @@ impl Backbone {
 
             rms_norm_into(&x, &layer.ffn_norm, eps, &mut normed);
             let started = Instant::now();
-            let input = &mut Input::new(&normed, t, quantized);
+            let input = &mut Input::new(&normed, rows, quantized);
             layer.gate.forward_into(input, gate)?;
             layer.up.forward_into(input, up)?;
             projections_ms += elapsed_ms(started);
             let activation = arch.activation;
             rows_mut(gate, h.ffn, |first, run| activation.gate_into(run, &up[first * h.ffn..]));
             let started = Instant::now();
-            layer.down.forward_into(&mut Input::new(gate, t, quantized), out)?;
+            layer.down.forward_into(&mut Input::new(gate, rows, quantized), out)?;
             projections_ms += elapsed_ms(started);
             if let Some((_, post_ffw)) = &layer.post_norms {
                 rms_norm(out, post_ffw, eps);
             }
             add_rows(&mut x, out, h.hidden);
         }
-        rms_norm_into(&x, &self.output_norm, eps, segment.hidden_mut());
-        (segment.projections_ms, segment.attention_ms) = (projections_ms, attention_ms);
-        Ok(segment)
+        rms_norm_into(&x, &self.output_norm, eps, &mut normed);
+        for (span, &first) in spans.iter_mut().zip(&offsets) {
+            let written = span.own.len();
+            for i in 0..span.ids.len() {
+                let (block, row) = span.own.slot(written + i);
+                span.own.block_mut(block).hidden_mut()[row * h.hidden..][..h.hidden]
+                    .copy_from_slice(&normed[(first + i) * h.hidden..][..h.hidden]);
+            }
+            span.own.advance(span.ids.len());
+        }
+        Ok(Forward { hidden: normed, offsets, projections_ms, attention_ms })
+    }
+
+    /// The longest sequence (held and new tokens) a forward pass takes.
+    pub fn max_positions(&self) -> usize {
+        self.positions
+    }
+
+    /// Logits `[m × vocab]` of final hidden states `hidden` (`[m × width]`),
+    /// in this precision's arithmetic (see [`crate::lm_head`]).
+    pub fn logits(&self, hidden: &[f32], m: usize) -> Result<Vec<f32>> {
+        let (vocab, k) = (self.hparams.vocab, self.hparams.hidden);
+        match &self.lm_head {
+            LmHead::Q8Blocks(own) => {
+                let table = own.as_ref().unwrap_or(&self.embeddings);
+                let arithmetic = match self.precision {
+                    Precision::DequantizedF32 => HeadArithmetic::F32,
+                    Precision::IntegerQ8 | Precision::Quantized => HeadArithmetic::Int8,
+                };
+                Ok(LmHead::q8_logits(&table.data()?, vocab, k, hidden, m, arithmetic))
+            }
+            LmHead::Projection(weights) => weights.forward(hidden, m),
+        }
     }
 
     /// Final hidden states of `ids` from scratch, `[ids.len() × hidden]`.

@@ -97,9 +97,15 @@ impl Segment {
         self.tokens as u64 * self.layout.bytes_per_token()
     }
 
-    /// Layer `layer`'s keys and values, for the prefill writing them.
+    /// Layer `layer`'s keys and values, for the forward pass writing them.
     pub(crate) fn layer_mut(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
         (&mut self.keys[layer], &mut self.values[layer])
+    }
+
+    /// Bytes of keys and values this segment allocates (its hidden
+    /// states left out): what a K/V budget counts.
+    pub fn kv_bytes(&self) -> u64 {
+        self.tokens as u64 * self.layout.kv_bytes_per_token()
     }
 
     pub(crate) fn hidden_mut(&mut self) -> &mut [f32] {
@@ -222,5 +228,119 @@ impl KvState {
         let count = self.tokens.saturating_sub(skip).max(1) as f64;
         let norm = sum.iter().map(|s| (s / count) * (s / count)).sum::<f64>().sqrt().max(1e-12);
         sum.iter().map(|s| (s / count / norm) as f32).collect()
+    }
+}
+
+/// A sequence's own K/V, written as it grows: fixed-size blocks (pages),
+/// each a [`Segment`] of `block_tokens` rows filled in order, as vLLM's
+/// paged attention holds them. A block is allocated whole and only when the
+/// previous one is full, so what a sequence allocates is its length rounded
+/// up to a block, not a reservation for the longest answer it may give.
+/// Attention reads each block in place as one more piece after the shared
+/// views a [`KvState`] holds.
+///
+/// A prefill that keeps its new tokens as one shared segment (a decide, the
+/// prefix cache) uses one block of exactly its length.
+#[derive(Debug, Clone)]
+pub struct PagedKv {
+    layout: KvLayout,
+    block_tokens: usize,
+    blocks: Vec<Segment>,
+    len: usize,
+}
+
+impl PagedKv {
+    /// No blocks yet; each will hold `block_tokens` tokens.
+    pub fn new(layout: KvLayout, block_tokens: usize) -> PagedKv {
+        PagedKv { layout, block_tokens: block_tokens.max(1), blocks: Vec::new(), len: 0 }
+    }
+
+    /// One block of exactly `tokens` rows: a prefill's new segment.
+    pub fn single(layout: KvLayout, tokens: usize) -> PagedKv {
+        let mut paged = PagedKv::new(layout, tokens);
+        paged.grow_to(tokens);
+        paged
+    }
+
+    /// Tokens written.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn block_tokens(&self) -> usize {
+        self.block_tokens
+    }
+
+    /// Blocks allocated.
+    pub fn blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Tokens the allocated blocks can hold.
+    pub fn capacity(&self) -> usize {
+        self.blocks.len() * self.block_tokens
+    }
+
+    /// Blocks needed to hold `tokens` tokens.
+    pub fn blocks_for(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.block_tokens)
+    }
+
+    /// Allocates blocks until `tokens` tokens fit.
+    pub fn grow_to(&mut self, tokens: usize) {
+        while self.capacity() < tokens {
+            self.blocks.push(Segment::zeroed(self.layout, self.block_tokens));
+        }
+    }
+
+    /// Bytes of keys and values allocated (the engine's figure), against
+    /// `len × kv_bytes_per_token` written (the payload).
+    pub fn allocated_kv_bytes(&self) -> u64 {
+        self.blocks.iter().map(Segment::kv_bytes).sum()
+    }
+
+    /// Frees every block (a preemption by recompute).
+    pub fn clear(&mut self) {
+        self.blocks.clear();
+        self.len = 0;
+    }
+
+    /// Block and row of token `index` (0-based within this sequence's own tokens).
+    pub(crate) fn slot(&self, index: usize) -> (usize, usize) {
+        (index / self.block_tokens, index % self.block_tokens)
+    }
+
+    pub(crate) fn block_mut(&mut self, block: usize) -> &mut Segment {
+        &mut self.blocks[block]
+    }
+
+    /// Marks `tokens` more tokens as written (their rows were filled).
+    pub(crate) fn advance(&mut self, tokens: usize) {
+        assert!(self.len + tokens <= self.capacity(), "{} tokens written into {} allocated", self.len + tokens, self.capacity());
+        self.len += tokens;
+    }
+
+    /// Layer `layer`'s pieces for the first `tokens` tokens, in order.
+    pub(crate) fn pieces(&self, layer: usize, tokens: usize) -> impl Iterator<Item = KvPiece<'_>> {
+        self.blocks.iter().enumerate().filter_map(move |(b, block)| {
+            let first = b * self.block_tokens;
+            (first < tokens).then(|| block.piece(layer, 0..(tokens - first).min(self.block_tokens)))
+        })
+    }
+
+    /// The final hidden state of token `index`.
+    pub fn hidden_row(&self, index: usize) -> &[f32] {
+        let (block, row) = self.slot(index);
+        self.blocks[block].hidden(row..row + 1)
+    }
+
+    /// The single block of a [`PagedKv::single`], as a shared segment.
+    pub(crate) fn into_segment(mut self) -> Segment {
+        assert_eq!(self.blocks.len(), 1, "a prefill's new tokens are one block");
+        self.blocks.pop().expect("one block")
     }
 }

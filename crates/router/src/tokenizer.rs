@@ -40,7 +40,15 @@ pub struct RouterTokenizer {
     pub bos: Option<u32>,
     /// How the checkpoint writes conversation turns.
     pub layout: TurnLayout,
+    /// The checkpoint's own end-of-text id (`tokenizer.ggml.eos_token_id`
+    /// and `eot_token_id`), beside the turn markers found by name
+    /// ([`RouterTokenizer::end_of_generation`]).
+    pub eos: Vec<u32>,
 }
+
+/// Tokens that end a turn or a text in the chat vocabularies this engine
+/// runs, found by name as llama.cpp finds its end-of-generation set.
+const END_OF_GENERATION_NAMES: &[&str] = &["<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<|end_of_text|>"];
 
 /// llama.cpp's token types (`tokenizer.ggml.token_type`).
 const TOKEN_NORMAL: i64 = 1;
@@ -178,6 +186,13 @@ impl RouterTokenizer {
             _ if tokens.iter().any(|t| t == "<start_of_turn>") => TurnLayout::Gemma,
             _ => TurnLayout::ChatMl,
         };
+        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
+            if let Some(Ok(id)) = ck.metadata(key).map(|v| v.to_u32()) {
+                if (id as usize) < tokens.len() && !built.eos.contains(&id) {
+                    built.eos.push(id);
+                }
+            }
+        }
         if flag(ck, "tokenizer.ggml.add_bos_token") == Some(true) {
             let id = match ck.metadata("tokenizer.ggml.bos_token_id").map(|v| v.to_u32()) {
                 Some(Ok(id)) if (id as usize) < tokens.len() => id,
@@ -225,7 +240,13 @@ impl RouterTokenizer {
         let unmark = Replace::new(SPACE_MARK, " ").map_err(|e| tok_err(source, e.to_string()))?;
         let decoder: DecoderWrapper = DecoderSequence::new(vec![unmark.into(), ByteFallback::new().into(), Fuse::new().into()]).into();
         tokenizer.with_decoder(Some(decoder));
-        Ok(RouterTokenizer { inner: tokenizer, source: "GGUF metadata (SentencePiece)".into(), bos: None, layout: TurnLayout::ChatMl })
+        Ok(RouterTokenizer {
+            inner: tokenizer,
+            source: "GGUF metadata (SentencePiece)".into(),
+            bos: None,
+            layout: TurnLayout::ChatMl,
+            eos: Vec::new(),
+        })
     }
 
     /// Byte-level BPE with the file's merges and llama.cpp's pre-tokenizer
@@ -263,13 +284,19 @@ impl RouterTokenizer {
         }
         tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
         tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
-        Ok(RouterTokenizer { inner: tokenizer, source: format!("GGUF metadata ({pre})"), bos: None, layout: TurnLayout::ChatMl })
+        Ok(RouterTokenizer {
+            inner: tokenizer,
+            source: format!("GGUF metadata ({pre})"),
+            bos: None,
+            layout: TurnLayout::ChatMl,
+            eos: Vec::new(),
+        })
     }
 
     /// Reads a `tokenizer.json` (bytes in; `source` names it in errors).
     pub fn from_json(bytes: &[u8], source: &str) -> Result<RouterTokenizer> {
         let inner = Tokenizer::from_bytes(bytes).map_err(|e| tok_err(source, format!("not a valid tokenizer.json: {e}")))?;
-        Ok(RouterTokenizer { inner, source: source.to_string(), bos: None, layout: TurnLayout::ChatMl })
+        Ok(RouterTokenizer { inner, source: source.to_string(), bos: None, layout: TurnLayout::ChatMl, eos: Vec::new() })
     }
 
     /// Fails unless the tokenizer can only produce ids the model has.
@@ -296,6 +323,23 @@ impl RouterTokenizer {
     /// (0 or 1): truncation keeps them and pooling leaves them out.
     pub fn leading(&self) -> usize {
         usize::from(self.bos.is_some())
+    }
+
+    /// The ids that end a generation: the checkpoint's end-of-text tokens
+    /// and every turn or text end marker its vocabulary has.
+    pub fn end_of_generation(&self) -> Vec<u32> {
+        let mut ids = self.eos.clone();
+        for id in END_OF_GENERATION_NAMES.iter().filter_map(|name| self.inner.token_to_id(name)) {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        ids
+    }
+
+    /// The text of `ids`, special tokens left out (as a chat shows it).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, true).map_err(|e| tok_err(&self.source, e.to_string()))
     }
 
     /// The text's own token ids (no BOS) and, for each, the byte offset where it ends in `text`.
