@@ -14,6 +14,7 @@
 
 mod bench_card;
 mod decide_card;
+mod generate_card;
 mod model_card;
 mod prefix_card;
 mod quality_card;
@@ -125,6 +126,7 @@ fn LivePage() -> impl IntoView {
         <prefix_card::PrefixCard/>
         <quality_card::QualityCard/>
         <serve_card::ServeCard/>
+        <generate_card::GenerateCard/>
     }
 }
 

@@ -734,3 +734,76 @@ test('Gemma 3 on request: never fetched unasked, then loaded and ranked like the
   await screenshot(page, 'router-gemma3');
   await page.context().close();
 });
+
+test('generate: a greedy answer streams token by token and matches the native engine; a seed reproduces; a bad field is named with the inputs kept; Cancel keeps the tokens so far', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  const prompt = 'Explain what a KV cache is, in two sentences.';
+  await page.getByTestId('gen-prompt').fill(prompt);
+  await page.getByTestId('gen-max_new_tokens').fill('48');
+
+  // A bad field is refused before anything is sent, named, and kept.
+  await page.getByTestId('gen-top_p').fill('0');
+  await page.getByTestId('gen-run').click();
+  await page.waitForFunction(() => /top_p: 0 is outside/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''));
+  assert.equal(await page.getByTestId('gen-top_p').getAttribute('aria-invalid'), 'true');
+  assert.equal(await page.getByTestId('gen-top_p').inputValue(), '0');
+  assert.equal(await page.getByTestId('gen-prompt').inputValue(), prompt);
+  await page.getByTestId('gen-top_p').fill('1');
+
+  /** Generates with the form as it is; returns the ids, the text and how many distinct lengths the output went through. */
+  const generate = async () => {
+    await page.evaluate(() => {
+      const el = document.querySelector('[data-testid=gen-output]');
+      window.__lengths = new Set();
+      window.__observer?.disconnect();
+      window.__observer = new MutationObserver(() => window.__lengths.add(el.textContent.length));
+      window.__observer.observe(el, { childList: true, subtree: true, characterData: true });
+    });
+    await page.getByTestId('gen-run').click();
+    await page.getByTestId('gen-summary').waitFor({ timeout: 120_000 });
+    const summary = page.getByTestId('gen-summary');
+    return {
+      ids: (await summary.getAttribute('data-ids')).split(',').filter(Boolean).map(Number),
+      finish: await summary.getAttribute('data-finish'),
+      text: await text(page, 'gen-output'),
+      steps: await page.evaluate(() => window.__lengths.size),
+    };
+  };
+  const greedy = await generate();
+  assert.ok(greedy.ids.length >= 16, `${greedy.ids.length} tokens`);
+  assert.ok(greedy.steps >= 10, `the text arrived in ${greedy.steps} pieces, not streamed`);
+  // The same library natively (f32, the page's default): the same tokens.
+  const native = JSON.parse(execFileSync('cargo', ['run', '--quiet', '-p', 'bench-cli', '--bin', 'router-generate', '--', '--prompt', prompt, '--max-new-tokens', '48', '--json'], {
+    cwd: root, encoding: 'utf8', maxBuffer: 1 << 24,
+  }));
+  const same = greedy.ids.findIndex((id, i) => id !== native.tokens[i]);
+  const agreeing = same === -1 ? Math.min(greedy.ids.length, native.tokens.length) : same;
+  console.log(`generate: the browser's greedy tokens equal the native engine's for ${agreeing} of ${native.tokens.length}`);
+  assert.ok(agreeing >= 16, `browser and native greedy tokens part after ${agreeing}`);
+  assert.equal(greedy.text, native.text.slice(0, greedy.text.length));
+  const kv = page.getByTestId('gen-kv');
+  assert.ok(Number(await kv.getAttribute('data-allocated')) >= Number(await kv.getAttribute('data-payload')), 'allocated pages hold at least the payload');
+
+  // Sampling from a seed reproduces.
+  await page.getByTestId('gen-temperature').fill('0.9');
+  await page.getByTestId('gen-seed').fill('7');
+  const first = await generate();
+  const second = await generate();
+  assert.deepEqual(second.ids, first.ids);
+
+  // Cancel mid-generation keeps what came.
+  await page.getByTestId('gen-temperature').fill('0');
+  await page.getByTestId('gen-max_new_tokens').fill('2000');
+  await page.getByTestId('gen-prompt').fill('Write a long story about a lighthouse keeper, in many chapters.');
+  await page.getByTestId('gen-run').click();
+  await page.waitForFunction(() => /^([5-9]|\d\d+) tokens/.test(document.querySelector('[data-testid=generate-stage]')?.textContent ?? ''), null, { timeout: 60_000 });
+  await page.getByTestId('generate-cancel').click();
+  await page.getByTestId('gen-summary').waitFor({ timeout: 30_000 });
+  assert.equal(await page.getByTestId('gen-summary').getAttribute('data-finish'), 'Cancel');
+  const kept = Number(await page.getByTestId('gen-summary').getAttribute('data-tokens'));
+  assert.ok(kept >= 5 && kept < 2000, `${kept} tokens kept`);
+  await screenshot(page, 'router-generate');
+  await page.context().close();
+});

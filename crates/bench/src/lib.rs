@@ -11,6 +11,8 @@
 pub mod estimate;
 pub mod figures;
 pub mod fmt;
+#[cfg(feature = "engine")]
+pub mod generation;
 pub mod guide;
 pub mod page;
 pub mod prefix;

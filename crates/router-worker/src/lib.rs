@@ -17,6 +17,7 @@
 //! page terminates the worker when one takes too long). A panic is reported
 //! as a message before the instance dies, and the page restarts the worker.
 
+mod generate;
 mod io;
 mod load;
 mod studies;
@@ -168,6 +169,7 @@ impl RouterWorker {
             JobRequest::Prefix { long_tokens, iterations } => self.prefix_protocol(&ticket, long_tokens, iterations).await,
             JobRequest::Route { tasks, head_json } => self.route_tasks(&ticket, tasks, head_json).await,
             JobRequest::Serve { runs, tasks, trace, mode } => self.serve(&ticket, runs, tasks, trace, mode).await,
+            JobRequest::Generate { conversation, params } => self.generate(&ticket, conversation, params).await,
             JobRequest::GemmProbe { m, k, n, repeats } => router::probe::gemm_probe(m, k, n, repeats, self.precision())
                 .map(|probe| Finished::complete(JobResult::GemmProbed(probe)))
                 .map_err(|e| e.to_string()),

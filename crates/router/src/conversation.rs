@@ -95,6 +95,20 @@ impl Conversation {
     }
 }
 
+impl Conversation {
+    /// The prompt a chat model answers: the turns in the checkpoint's
+    /// layout, then the opening of the assistant's turn (the chat
+    /// template's `add_generation_prompt`).
+    pub fn generation_prompt(&self, layout: TurnLayout) -> String {
+        let mut text = self.routing_text(layout);
+        text.push_str(match layout {
+            TurnLayout::ChatMl => "<|im_start|>assistant\n",
+            TurnLayout::Gemma => "<start_of_turn>model\n",
+        });
+        text
+    }
+}
+
 /// How a checkpoint writes turns, as its chat template shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -136,5 +150,13 @@ mod tests {
         assert_eq!(reply.routing_text(TurnLayout::Gemma), "<start_of_turn>user\na<end_of_turn>\n<start_of_turn>model\nb<end_of_turn>\n");
         assert_eq!(TurnLayout::from_chat_template(Some("{{ '<start_of_turn>' + role }}")), TurnLayout::Gemma);
         assert_eq!(TurnLayout::from_chat_template(None), TurnLayout::ChatMl);
+        assert_eq!(
+            Conversation::user("Hi").generation_prompt(TurnLayout::ChatMl),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert_eq!(
+            Conversation::user("Hi").generation_prompt(TurnLayout::Gemma),
+            "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+        );
     }
 }

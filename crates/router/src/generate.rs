@@ -304,7 +304,7 @@ impl Sequence {
         self.tokens.push(token);
         let mut decoded = String::new();
         let mut finish = None;
-        if end_of_generation.contains(&token) {
+        if end_of_generation.contains(&token) && !self.params.ignore_eos {
             finish = Some(FinishReason::EndOfTurn { token });
         } else {
             decoded = self.stream.push(tokenizer, token)?;
@@ -398,13 +398,13 @@ pub struct GenerationTimings {
 }
 
 impl GenerationTimings {
-    /// Decode tokens a second over the gaps (the first token's prefill left out).
-    pub fn decode_tokens_per_s(&self) -> f64 {
-        let total: f64 = self.gaps_ms.iter().sum();
-        if total > 0.0 {
-            self.gaps_ms.len() as f64 / (total / 1000.0)
+    /// Records one more token's time: the first token's from `started`, a
+    /// later one's gap from `last`.
+    pub fn token(&mut self, started: Instant, last: Instant, now: Instant) {
+        if self.first_token_ms == 0.0 && self.gaps_ms.is_empty() {
+            self.first_token_ms = ms(now.duration_since(started));
         } else {
-            0.0
+            self.gaps_ms.push(ms(now.duration_since(last)));
         }
     }
 }
@@ -426,15 +426,10 @@ pub fn generate(
     while seq.pending() > 0 {
         let n = seq.pending();
         let report = step(backbone, tokenizer, &mut [(&mut seq, n)])?;
-        let now = Instant::now();
-        let since = now.duration_since(last);
-        last = now;
-        if seq.generated().len() == 1 {
-            timings.first_token_ms = now.duration_since(started).as_secs_f64() * 1000.0;
-        } else {
-            timings.gaps_ms.push(ms(since));
-        }
         if let Some(Some(emitted)) = report.emitted.first() {
+            let now = Instant::now();
+            timings.token(started, last, now);
+            last = now;
             if !on_token(emitted) {
                 break;
             }

@@ -20,11 +20,16 @@ pub struct SamplingParams {
     pub max_new_tokens: usize,
     /// Texts that end the generation where they first appear (not shown).
     pub stop: Vec<String>,
+    /// Generate past end-of-turn tokens, to exactly `max_new_tokens` (a
+    /// load test's fixed output lengths, as vLLM's benchmark asks with
+    /// `ignore_eos`).
+    #[serde(default)]
+    pub ignore_eos: bool,
 }
 
 impl Default for SamplingParams {
     fn default() -> SamplingParams {
-        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, max_new_tokens: 128, stop: Vec::new() }
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, max_new_tokens: 128, stop: Vec::new(), ignore_eos: false }
     }
 }
 
@@ -36,6 +41,7 @@ pub enum Field {
     Temperature,
     TopK,
     TopP,
+    Seed,
     MaxNewTokens,
     Stop,
 }
@@ -47,6 +53,7 @@ impl Field {
             Field::Temperature => "temperature",
             Field::TopK => "top_k",
             Field::TopP => "top_p",
+            Field::Seed => "seed",
             Field::MaxNewTokens => "max_new_tokens",
             Field::Stop => "stop",
         }
@@ -131,6 +138,54 @@ impl SamplingParams {
     }
 }
 
+/// A generation form's fields as typed (the page keeps them as text, so
+/// nothing typed is lost when one is refused).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingForm {
+    pub temperature: String,
+    pub top_k: String,
+    pub top_p: String,
+    pub seed: String,
+    pub max_new_tokens: String,
+    /// One stop text a line; empty lines are ignored.
+    pub stop: String,
+}
+
+impl Default for SamplingForm {
+    fn default() -> SamplingForm {
+        let p = SamplingParams::default();
+        SamplingForm {
+            temperature: p.temperature.to_string(),
+            top_k: p.top_k.to_string(),
+            top_p: p.top_p.to_string(),
+            seed: p.seed.to_string(),
+            max_new_tokens: p.max_new_tokens.to_string(),
+            stop: String::new(),
+        }
+    }
+}
+
+impl SamplingForm {
+    /// The parameters, or the first field that is not a number of its kind
+    /// or fails [`SamplingParams::check`].
+    pub fn parse(&self) -> Result<SamplingParams, ParamError> {
+        fn number<T: std::str::FromStr>(field: Field, text: &str, kind: &str) -> Result<T, ParamError> {
+            text.trim().parse().map_err(|_| ParamError { field, reason: format!("{:?} is not {kind}", text.trim()) })
+        }
+        let params = SamplingParams {
+            temperature: number(Field::Temperature, &self.temperature, "a number")?,
+            top_k: number(Field::TopK, &self.top_k, "a whole number (0 keeps every token)")?,
+            top_p: number(Field::TopP, &self.top_p, "a number")?,
+            seed: number(Field::Seed, &self.seed, "a whole number from 0")?,
+            max_new_tokens: number(Field::MaxNewTokens, &self.max_new_tokens, "a whole number")?,
+            stop: self.stop.lines().filter(|l| !l.is_empty()).map(str::to_string).collect(),
+            ignore_eos: false,
+        };
+        params.check()?;
+        Ok(params)
+    }
+}
+
 /// Why a generation ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -146,9 +201,48 @@ pub enum FinishReason {
 impl FinishReason {
     pub fn label(&self) -> String {
         match self {
-            FinishReason::EndOfTurn { .. } => "end of turn".into(),
-            FinishReason::Stop { text } => format!("stop text {text:?}"),
+            FinishReason::EndOfTurn { .. } => "the end-of-turn token".into(),
+            FinishReason::Stop { text } => format!("the stop text {text:?}"),
             FinishReason::MaxTokens => "the token limit".into(),
+        }
+    }
+}
+
+/// One finished (or cancelled) generation, as the page and the CLI report it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationSummary {
+    pub checkpoint_id: String,
+    /// The precision line: what computes with the weights.
+    pub precision: String,
+    pub params: SamplingParams,
+    pub prompt_tokens: usize,
+    /// The tokens generated (an end-of-turn token included).
+    pub tokens: Vec<u32>,
+    pub text: String,
+    /// `None` when cancelled.
+    pub finish: Option<FinishReason>,
+    /// From the request to the first token, at the engine (the prefill and
+    /// one LM-head product): the engine's share of a TTFT.
+    pub first_token_ms: f64,
+    /// The gap before each later token.
+    pub gaps_ms: Vec<f64>,
+    /// K/V bytes the sequence's tokens hold by the calculator's formula
+    /// (`kv` crate, f32, sliding layers keeping their window).
+    pub payload_kv_bytes: u64,
+    /// K/V bytes the engine allocated for them (whole blocks, every layer
+    /// keeping every token).
+    pub allocated_kv_bytes: u64,
+    pub block_tokens: usize,
+}
+
+impl GenerationSummary {
+    /// Decode tokens a second over the gaps (the first token's prefill left out).
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        let total: f64 = self.gaps_ms.iter().sum();
+        if total > 0.0 {
+            self.gaps_ms.len() as f64 * 1000.0 / total
+        } else {
+            0.0
         }
     }
 }
@@ -176,5 +270,19 @@ mod tests {
         let err = fits.check_fits(91, 100).unwrap_err();
         assert_eq!(err.field, Field::MaxNewTokens);
         assert!(err.to_string().contains("at most 9 fit"), "{err}");
+    }
+
+    #[test]
+    fn the_form_names_the_field_it_cannot_read() {
+        let form = SamplingForm::default();
+        assert_eq!(form.parse().unwrap(), SamplingParams::default());
+        let field = |f: SamplingForm| f.parse().unwrap_err().field;
+        assert_eq!(field(SamplingForm { temperature: "warm".into(), ..form.clone() }), Field::Temperature);
+        assert_eq!(field(SamplingForm { top_k: "-3".into(), ..form.clone() }), Field::TopK);
+        assert_eq!(field(SamplingForm { seed: "1.5".into(), ..form.clone() }), Field::Seed);
+        assert_eq!(field(SamplingForm { max_new_tokens: "0".into(), ..form.clone() }), Field::MaxNewTokens);
+        assert_eq!(field(SamplingForm { top_p: "2".into(), ..form.clone() }), Field::TopP);
+        let stops = SamplingForm { stop: "END\n\n###".into(), ..form }.parse().unwrap().stop;
+        assert_eq!(stops, ["END", "###"]);
     }
 }

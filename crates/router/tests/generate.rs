@@ -172,7 +172,7 @@ fn seeded_sampling_reproduces() {
     let model = load(&bytes, "SmolLM2-135M-Instruct.Q4_1.gguf", Precision::IntegerQ8);
     let prompt = model.tokenizer.encode("<|im_start|>user\nTell me a short story.<|im_end|>\n<|im_start|>assistant\n").unwrap();
     let run = |seed| {
-        let params = SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, seed, max_new_tokens: 24, stop: vec![] };
+        let params = SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, seed, max_new_tokens: 24, stop: vec![], ignore_eos: false };
         generate(&model.backbone, &model.tokenizer, prompt.clone(), params, |_| true).unwrap().0.generated().to_vec()
     };
     let first = run(11);

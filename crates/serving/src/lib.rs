@@ -18,6 +18,8 @@
 //! between chunks with chunked prefill). Time is wall-clock time from the
 //! run's start; nothing is simulated but the clients' arrival times.
 
+pub mod batching;
+pub mod generation;
 mod record;
 mod server;
 mod settings;

@@ -15,6 +15,7 @@ use bench::prefix::PrefixReport;
 use bench::quality::RoutedTask;
 use bench::report::LatencyReport;
 use bench::serve::ServeStudy;
+use router::sampling::{GenerationSummary, SamplingParams};
 use router::{BuildStage, Conversation, Decision, GemmProbe, Precision};
 use serde::{Deserialize, Serialize};
 use serving::{QueueSample, RunSummary, ServeSettings};
@@ -41,6 +42,7 @@ pub enum JobKind {
     Prefix,
     Route,
     Serve,
+    Generate,
 }
 
 impl JobKind {
@@ -54,13 +56,14 @@ impl JobKind {
             JobKind::Prefix => "the prefix protocol",
             JobKind::Route => "routing the evaluation tasks",
             JobKind::Serve => "the serving test",
+            JobKind::Generate => "a generation",
         }
     }
 
     /// Whether Cancel means anything: the long jobs check it between
     /// calls; a load, a decide and the probe are each one call.
     pub fn cancellable(self) -> bool {
-        matches!(self, JobKind::Bench | JobKind::Prefix | JobKind::Route | JobKind::Serve)
+        matches!(self, JobKind::Bench | JobKind::Prefix | JobKind::Route | JobKind::Serve | JobKind::Generate)
     }
 }
 
@@ -133,6 +136,10 @@ pub enum JobRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mode: Option<String>,
     },
+    /// Generate the assistant's answer to `conversation` (in the loaded
+    /// checkpoint's chat layout), streaming each piece of text as a
+    /// [`JobProgress::Generated`].
+    Generate { conversation: Conversation, params: SamplingParams },
 }
 
 impl JobRequest {
@@ -145,6 +152,7 @@ impl JobRequest {
             JobRequest::Prefix { .. } => JobKind::Prefix,
             JobRequest::Route { .. } => JobKind::Route,
             JobRequest::Serve { .. } => JobKind::Serve,
+            JobRequest::Generate { .. } => JobKind::Generate,
         }
     }
 }
@@ -311,6 +319,14 @@ pub enum JobProgress {
         settings: ServeSettings,
         summary: Box<RunSummary>,
     },
+    /// A generation chose one more token: the text it releases (empty
+    /// while a character or a possible stop text is incomplete), the
+    /// tokens so far, and the milliseconds since the job started.
+    Generated {
+        text: String,
+        tokens: usize,
+        ms: f64,
+    },
 }
 
 /// One exact-length bench prompt.
@@ -362,6 +378,8 @@ pub enum JobResult {
         report: Box<LatencyReport>,
         study: Box<ServeStudy>,
     },
+    /// The generation (cancelled: the tokens so far, no finish reason).
+    Generated(Box<GenerationSummary>),
 }
 
 impl JobResult {
@@ -375,6 +393,7 @@ impl JobResult {
             JobResult::Prefix(_) => JobKind::Prefix,
             JobResult::Routed { .. } => JobKind::Route,
             JobResult::Served { .. } => JobKind::Serve,
+            JobResult::Generated(_) => JobKind::Generate,
         }
     }
 }

@@ -397,7 +397,9 @@ mod tests {
         assert_eq!(session.can_start(JobKind::Load), Err(Refusal::WorkerNotRunning));
         assert!(matches!(session.apply(hello()), Applied::Hello { reload: false, .. }));
         assert_eq!(session.can_start(JobKind::Load), Ok(()));
-        for kind in [JobKind::Decide, JobKind::GemmProbe, JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve] {
+        for kind in
+            [JobKind::Decide, JobKind::GemmProbe, JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve, JobKind::Generate]
+        {
             assert_eq!(session.can_start(kind), Err(Refusal::NoModel), "{kind:?}");
         }
     }
@@ -449,7 +451,7 @@ mod tests {
             session.start(kind).unwrap();
             assert_eq!(session.request_cancel(), None, "{kind:?} is one call: nothing to cancel");
         }
-        for kind in [JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve] {
+        for kind in [JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve, JobKind::Generate] {
             let mut session = ready();
             let id = session.start(kind).unwrap();
             session.apply(job(id, JobEvent::Started));

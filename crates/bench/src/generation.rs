@@ -1,0 +1,256 @@
+//! Generation on a loaded router, as the page's Generate card and the CLI
+//! run it: the prompt from a conversation in the checkpoint's chat layout,
+//! the one-sequence loop stepped token by token (the caller yields between
+//! tokens), and the summary with the calculator's payload bytes beside the
+//! engine's allocated bytes (note 03's "payload bytes are not allocated
+//! bytes"). [`Generating`] is the engine's sequence as the batching
+//! scheduler sees it.
+
+use router::generate::{step, GenerationTimings, Sequence, BLOCK_TOKENS};
+use router::gguf::Hparams;
+use router::sampling::{GenerationSummary, ParamError, SamplingParams};
+use router::segment::KvState;
+use router::{Conversation, Router};
+use serving::batching::Work;
+use web_time::Instant;
+
+/// The K/V shape of a checkpoint in the calculator's terms: one run of
+/// layers per kind (Gemma 3's sliding-window layers keep their window).
+pub fn kv_shape(h: &Hparams) -> kv::model::ModelShape {
+    let mut runs: Vec<kv::model::LayerRun> = Vec::new();
+    for i in 0..h.layers {
+        let kind = match h.architecture.layer_kind(i, h.rope_theta, h.sliding_window).window {
+            Some(window) => kv::model::LayerKind::Sliding { window: window as u64 },
+            None => kv::model::LayerKind::Full,
+        };
+        match runs.last_mut() {
+            Some(run) if run.kind == kind => run.count += 1,
+            _ => runs.push(kv::model::LayerRun { kind, count: 1, kv_heads: h.kv_heads as u32, head_dim: h.head_dim as u32 }),
+        }
+    }
+    kv::model::ModelShape { layers: h.layers as u32, kv_heads: h.kv_heads as u32, head_dim: h.head_dim as u32, runs }
+}
+
+/// The calculator's K/V bytes for one sequence of `tokens` in f32 (the
+/// engine's element type): `Σ_layers 2 × H_kv × d_head × 4 × retained(T)`.
+pub fn payload_kv_bytes(shape: &kv::model::ModelShape, tokens: usize) -> u64 {
+    shape.runs.iter().map(|run| run.count as u128 * run.elements_per_token() * 4 * run.retained(tokens as u64) as u128).sum::<u128>() as u64
+}
+
+/// A generation in progress on `router`, stepped one token at a time.
+pub struct SingleGeneration {
+    pub sequence: Sequence,
+    pub timings: GenerationTimings,
+    started: Instant,
+    last: Instant,
+}
+
+/// One step's news: the text released and whether the generation ended.
+pub struct TokenStep {
+    pub text: String,
+    pub done: bool,
+}
+
+impl SingleGeneration {
+    /// Tokenizes the conversation as the checkpoint's chat template writes
+    /// it, with the assistant's turn opened; refuses bad parameters and a
+    /// prompt that does not fit, naming the field.
+    pub fn start(router: &Router, conversation: &Conversation, params: SamplingParams) -> Result<SingleGeneration, ParamError> {
+        params.check()?;
+        let text = conversation.generation_prompt(router.tokenizer.layout);
+        let prompt =
+            router.tokenizer.encode(&text).map_err(|e| ParamError { field: router::sampling::Field::Prompt, reason: e.to_string() })?;
+        let sequence = Sequence::new(&router.backbone, prompt, KvState::default(), params)?;
+        let now = Instant::now();
+        let timings = GenerationTimings { prompt_tokens: sequence.prompt_len(), ..GenerationTimings::default() };
+        Ok(SingleGeneration { sequence, timings, started: now, last: now })
+    }
+
+    /// Feeds what is pending (the prompt at first, then the last token) and
+    /// chooses the next token.
+    pub fn step(&mut self, router: &Router) -> Result<TokenStep, String> {
+        let n = self.sequence.pending();
+        if n == 0 {
+            return Ok(TokenStep { text: String::new(), done: true });
+        }
+        let report = step(&router.backbone, &router.tokenizer, &mut [(&mut self.sequence, n)]).map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        self.timings.token(self.started, self.last, now);
+        self.last = now;
+        let text = report.emitted.into_iter().flatten().map(|e| e.text).collect();
+        Ok(TokenStep { text, done: self.sequence.pending() == 0 })
+    }
+
+    /// The summary; `cancelled` generations have no finish reason.
+    pub fn summary(&self, router: &Router, cancelled: bool) -> GenerationSummary {
+        let seq = &self.sequence;
+        let tokens = seq.held();
+        GenerationSummary {
+            checkpoint_id: router.checkpoint_id().to_string(),
+            precision: router.backbone.precision.label(&router.weight_type),
+            params: seq.params().clone(),
+            prompt_tokens: seq.prompt_len(),
+            tokens: seq.generated().to_vec(),
+            text: seq.text().to_string(),
+            finish: if cancelled { None } else { seq.finish().cloned() },
+            first_token_ms: self.timings.first_token_ms,
+            gaps_ms: self.timings.gaps_ms.clone(),
+            payload_kv_bytes: payload_kv_bytes(&kv_shape(&router.backbone.hparams), tokens),
+            allocated_kv_bytes: seq.own_kv().allocated_kv_bytes(),
+            block_tokens: BLOCK_TOKENS,
+        }
+    }
+}
+
+/// The engine's sequence as the batching scheduler sees it.
+pub struct Generating(pub Sequence);
+
+impl Work for Generating {
+    fn pending(&self) -> usize {
+        self.0.pending()
+    }
+    fn in_prefill(&self) -> bool {
+        self.0.in_prefill()
+    }
+    fn finished(&self) -> bool {
+        self.0.finish().is_some()
+    }
+    fn blocks_held(&self) -> usize {
+        self.0.own_kv().blocks()
+    }
+    fn blocks_after(&self, tokens: usize) -> usize {
+        self.0.blocks_after(tokens)
+    }
+    fn blocks_at_most(&self) -> usize {
+        // The last token chosen is never fed, so it takes no K/V.
+        (self.0.prompt_len() + self.0.params().max_new_tokens - 1).div_ceil(BLOCK_TOKENS)
+    }
+    fn preempt(&mut self) {
+        self.0.preempt()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gemma 3 270M's shape: 18 layers, every sixth global, the rest a
+    /// window of 512; 1 K/V head of 256. At 1,000 tokens the calculator
+    /// keeps 512 for the 15 sliding layers.
+    #[test]
+    fn sliding_layers_keep_their_window_in_the_payload() {
+        let h = Hparams {
+            architecture: &router::arch::GEMMA3,
+            layers: 18,
+            hidden: 640,
+            heads: 4,
+            kv_heads: 1,
+            head_dim: 256,
+            ffn: 2048,
+            vocab: 262_144,
+            rms_eps: 1e-6,
+            rope_theta: 1e6,
+            context_length: 32_768,
+            sliding_window: Some(512),
+        };
+        let shape = kv_shape(&h);
+        assert_eq!(shape.runs.iter().map(|r| r.count).sum::<u64>(), 18);
+        let per_token_layer = 2 * 256 * 4;
+        assert_eq!(payload_kv_bytes(&shape, 1000), (3 * 1000 + 15 * 512) * per_token_layer);
+        assert_eq!(payload_kv_bytes(&shape, 100), 18 * 100 * per_token_layer);
+    }
+}
+
+/// The router's engine for the generating server: each request's prompt
+/// (token ids, in the checkpoint's chat layout) decoded to exactly its
+/// drawn output length (`ignore_eos`), sampled from a seed of its own.
+pub struct RouterStepEngine<'a> {
+    pub router: &'a Router,
+    /// Token ids of each prompt of the set.
+    pub prompts: Vec<Vec<u32>>,
+    pub params: SamplingParams,
+}
+
+impl<'a> RouterStepEngine<'a> {
+    /// Tokenises each user turn (cut to its first `max_prompt_tokens`
+    /// tokens, then put in the chat layout).
+    pub fn new(
+        router: &'a Router,
+        texts: &[String],
+        max_prompt_tokens: usize,
+        params: SamplingParams,
+    ) -> Result<RouterStepEngine<'a>, String> {
+        let prompts = texts
+            .iter()
+            .map(|text| {
+                let (ids, ends) = router.tokenizer.encode_with_ends(text).map_err(|e| e.to_string())?;
+                let keep = max_prompt_tokens.max(1);
+                let cut = if ids.len() > keep { text.get(..ends[keep - 1]).unwrap_or(text) } else { text.as_str() };
+                router.tokenizer.encode(&Conversation::user(cut).generation_prompt(router.tokenizer.layout)).map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(RouterStepEngine { router, prompts, params })
+    }
+}
+
+impl serving::generation::StepEngine for RouterStepEngine<'_> {
+    type Seq = Generating;
+
+    fn sequence(&mut self, request: &serving::generation::GenRequest) -> Result<Generating, String> {
+        let params = SamplingParams { max_new_tokens: request.max_new_tokens, seed: request.id, ignore_eos: true, ..self.params.clone() };
+        let prompt = self.prompts.get(request.prompt).ok_or("no such prompt")?.clone();
+        Sequence::new(&self.router.backbone, prompt, KvState::default(), params).map(Generating).map_err(|e| e.to_string())
+    }
+
+    fn step(&mut self, batch: &mut [(u64, &mut Generating, usize)]) -> Result<Vec<bool>, String> {
+        let mut feeds: Vec<(&mut Sequence, usize)> = batch.iter_mut().map(|(_, seq, n)| (&mut seq.0, *n)).collect();
+        let report = step(&self.router.backbone, &self.router.tokenizer, &mut feeds).map_err(|e| e.to_string())?;
+        Ok(report.emitted.iter().map(Option::is_some).collect())
+    }
+}
+
+/// Output lengths as the dataset recorded them: per task and model, the
+/// tokens a call produced on average (`out_tok / calls`), leaving out the
+/// rows with no tokens (failed runs), each capped at `cap`.
+pub fn recorded_output_lengths(results_csv: &str, cap: usize) -> Result<Vec<usize>, String> {
+    let mut reader = csv::Reader::from_reader(results_csv.as_bytes());
+    let headers = reader.headers().map_err(|e| e.to_string())?.clone();
+    let column = |name: &str| headers.iter().position(|h| h == name).ok_or_else(|| format!("the results have no `{name}` column"));
+    let (out, calls) = (column("out_tok")?, column("calls")?);
+    let mut lengths = Vec::new();
+    for (line, row) in reader.records().enumerate() {
+        let row = row.map_err(|e| format!("line {}: {e}", line + 2))?;
+        let number = |i: usize| row.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let (out, calls) = (number(out), number(calls));
+        if out > 0.0 && calls > 0.0 {
+            lengths.push(((out / calls).round() as usize).clamp(1, cap.max(1)));
+        }
+    }
+    if lengths.is_empty() {
+        return Err("the results hold no row with output tokens".into());
+    }
+    Ok(lengths)
+}
+
+/// A generating load: Poisson arrivals of the prompt set with output
+/// lengths drawn from `lengths`, each from the one seed.
+pub fn generation_requests(
+    rate_per_s: f64,
+    duration_s: f64,
+    seed: u64,
+    prompt_tokens: &[usize],
+    lengths: &[usize],
+) -> Vec<serving::generation::GenRequest> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6f75_7470_7574);
+    serving::poisson_trace(rate_per_s, duration_s, seed, prompt_tokens.len())
+        .into_iter()
+        .map(|a| serving::generation::GenRequest {
+            id: a.id as u64,
+            arrival_ms: a.at_ms,
+            prompt: a.prompt,
+            prompt_tokens: prompt_tokens[a.prompt],
+            max_new_tokens: lengths[rng.random_range(0..lengths.len())],
+        })
+        .collect()
+}
