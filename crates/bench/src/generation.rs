@@ -130,37 +130,6 @@ impl Work for Generating {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Gemma 3 270M's shape: 18 layers, every sixth global, the rest a
-    /// window of 512; 1 K/V head of 256. At 1,000 tokens the calculator
-    /// keeps 512 for the 15 sliding layers.
-    #[test]
-    fn sliding_layers_keep_their_window_in_the_payload() {
-        let h = Hparams {
-            architecture: &router::arch::GEMMA3,
-            layers: 18,
-            hidden: 640,
-            heads: 4,
-            kv_heads: 1,
-            head_dim: 256,
-            ffn: 2048,
-            vocab: 262_144,
-            rms_eps: 1e-6,
-            rope_theta: 1e6,
-            context_length: 32_768,
-            sliding_window: Some(512),
-        };
-        let shape = kv_shape(&h);
-        assert_eq!(shape.runs.iter().map(|r| r.count).sum::<u64>(), 18);
-        let per_token_layer = 2 * 256 * 4;
-        assert_eq!(payload_kv_bytes(&shape, 1000), (3 * 1000 + 15 * 512) * per_token_layer);
-        assert_eq!(payload_kv_bytes(&shape, 100), 18 * 100 * per_token_layer);
-    }
-}
-
 /// The router's engine for the generating server: each request's prompt
 /// (token ids, in the checkpoint's chat layout) decoded to exactly its
 /// drawn output length (`ignore_eos`), sampled from a seed of its own.
@@ -209,29 +178,6 @@ impl serving::generation::StepEngine for RouterStepEngine<'_> {
     }
 }
 
-/// Output lengths as the dataset recorded them: per task and model, the
-/// tokens a call produced on average (`out_tok / calls`), leaving out the
-/// rows with no tokens (failed runs), each capped at `cap`.
-pub fn recorded_output_lengths(results_csv: &str, cap: usize) -> Result<Vec<usize>, String> {
-    let mut reader = csv::Reader::from_reader(results_csv.as_bytes());
-    let headers = reader.headers().map_err(|e| e.to_string())?.clone();
-    let column = |name: &str| headers.iter().position(|h| h == name).ok_or_else(|| format!("the results have no `{name}` column"));
-    let (out, calls) = (column("out_tok")?, column("calls")?);
-    let mut lengths = Vec::new();
-    for (line, row) in reader.records().enumerate() {
-        let row = row.map_err(|e| format!("line {}: {e}", line + 2))?;
-        let number = |i: usize| row.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        let (out, calls) = (number(out), number(calls));
-        if out > 0.0 && calls > 0.0 {
-            lengths.push(((out / calls).round() as usize).clamp(1, cap.max(1)));
-        }
-    }
-    if lengths.is_empty() {
-        return Err("the results hold no row with output tokens".into());
-    }
-    Ok(lengths)
-}
-
 /// A generating load: Poisson arrivals of the prompt set with output
 /// lengths drawn from `lengths`, each from the one seed.
 pub fn generation_requests(
@@ -253,4 +199,43 @@ pub fn generation_requests(
             max_new_tokens: lengths[rng.random_range(0..lengths.len())],
         })
         .collect()
+}
+
+/// The calculator's K/V bytes a token for this checkpoint in f32 with every
+/// layer keeping every token (this engine's pages hold all layers; a
+/// sliding window's saving is the calculator's payload, not its allocation).
+pub fn formula_bytes_per_token(h: &Hparams) -> u64 {
+    let shape = kv::model::ModelShape::uniform(h.layers as u32, h.kv_heads as u32, h.head_dim as u32);
+    shape.runs.iter().map(|r| r.count as u128 * r.elements_per_token() * 4).sum::<u128>() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gemma 3 270M's shape: 18 layers, every sixth global, the rest a
+    /// window of 512; 1 K/V head of 256. At 1,000 tokens the calculator
+    /// keeps 512 for the 15 sliding layers.
+    #[test]
+    fn sliding_layers_keep_their_window_in_the_payload() {
+        let h = Hparams {
+            architecture: &router::arch::GEMMA3,
+            layers: 18,
+            hidden: 640,
+            heads: 4,
+            kv_heads: 1,
+            head_dim: 256,
+            ffn: 2048,
+            vocab: 262_144,
+            rms_eps: 1e-6,
+            rope_theta: 1e6,
+            context_length: 32_768,
+            sliding_window: Some(512),
+        };
+        let shape = kv_shape(&h);
+        assert_eq!(shape.runs.iter().map(|r| r.count).sum::<u64>(), 18);
+        let per_token_layer = 2 * 256 * 4;
+        assert_eq!(payload_kv_bytes(&shape, 1000), (3 * 1000 + 15 * 512) * per_token_layer);
+        assert_eq!(payload_kv_bytes(&shape, 100), 18 * 100 * per_token_layer);
+    }
 }

@@ -48,6 +48,9 @@ struct Args {
     /// Print the summary as JSON on stdout instead of streaming the text.
     #[arg(long)]
     json: bool,
+    /// Instead of one answer: time decode steps of this many sequences at once (comma-separated, e.g. 1,4,8,16), each after a prefill of the prompt, and print ms a step and aggregate tokens/s side by side.
+    #[arg(long, value_delimiter = ',', conflicts_with = "json")]
+    decode_sweep: Vec<usize>,
     #[command(flatten)]
     router: RouterFlags,
 }
@@ -69,6 +72,9 @@ fn run(args: Args) -> Result<()> {
     // Refused before the checkpoint is read: a bad flag is a usage error.
     params.check().map_err(|e| usage(format!("--{}", e.to_string().replace('_', "-"))))?;
     let Loaded { router, .. } = args.router.load()?;
+    if !args.decode_sweep.is_empty() {
+        return decode_sweep(&router, &args.prompt, &args.decode_sweep);
+    }
     let mut generation = SingleGeneration::start(&router, &Conversation::user(args.prompt.clone()), params)
         .map_err(|e| usage(format!("--{}", e.to_string().replace('_', "-"))))?;
     let mut out = std::io::stdout().lock();
@@ -102,6 +108,52 @@ fn run(args: Args) -> Result<()> {
         summary.allocated_kv_bytes,
         summary.precision,
     );
+    Ok(())
+}
+
+/// Decode steps timed at each batch size: every sequence holds the same
+/// prefilled prompt, then 30 steps of one token each (after 3 untimed).
+fn decode_sweep(router: &router::Router, prompt: &str, sizes: &[usize]) -> Result<()> {
+    use router::generate::{step, Sequence};
+    const STEPS: usize = 30;
+    if let Some(bad) = sizes.iter().find(|&&b| b == 0) {
+        return Err(usage(format!("--decode-sweep: {bad} sequences")));
+    }
+    let ids = router.tokenizer.encode(&Conversation::user(prompt).generation_prompt(router.tokenizer.layout))?;
+    let params = SamplingParams { max_new_tokens: STEPS + 8, ignore_eos: true, ..SamplingParams::default() };
+    println!("{} · {} · {}-token prompt", router.checkpoint_id(), router.backbone.precision.label(&router.weight_type), ids.len());
+    println!("{:>4}  {:>9}  {:>10}  {:>9}  {:>13}  {:>10}", "B", "ms/step", "forward", "LM head", "tokens/s (all)", "× B = 1");
+    let mut single = None;
+    for &b in sizes {
+        let mut seqs = (0..b)
+            .map(|_| Sequence::new(&router.backbone, ids.clone(), router::segment::KvState::default(), params.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| usage(e.to_string()))?;
+        for seq in seqs.iter_mut() {
+            let n = seq.pending();
+            step(&router.backbone, &router.tokenizer, &mut [(seq, n)])?;
+        }
+        let (mut total, mut forward, mut head) = (0.0, 0.0, 0.0);
+        for i in 0..STEPS + 3 {
+            let mut batch: Vec<_> = seqs.iter_mut().map(|s| (s, 1)).collect();
+            let started = web_time::Instant::now();
+            let report = step(&router.backbone, &router.tokenizer, &mut batch)?;
+            if i >= 3 {
+                total += router::elapsed_ms(started);
+                forward += report.forward_ms;
+                head += report.lm_head_ms;
+            }
+        }
+        let per_step = total / STEPS as f64;
+        let rate = b as f64 * 1000.0 / per_step;
+        let base = *single.get_or_insert(rate);
+        println!(
+            "{b:>4}  {per_step:>9.1}  {:>10.1}  {:>9.1}  {rate:>13.1}  {:>10.2}",
+            forward / STEPS as f64,
+            head / STEPS as f64,
+            rate / base
+        );
+    }
     Ok(())
 }
 

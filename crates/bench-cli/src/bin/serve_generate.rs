@@ -1,0 +1,269 @@
+//! `serve-generate`: note 06's experiment natively, on the real engine.
+//! Open-loop Poisson arrivals of the OOD176 prompts (cut to a prompt
+//! length) with output lengths drawn from the dataset's recorded output
+//! tokens per call (capped), served by one engine whose iterations the
+//! batching scheduler plans: continuous batching under a K/V budget in
+//! bytes, and the ways of mixing prefills into decodes side by side
+//! (prefill-first, decode-first, chunked at each token budget), at each
+//! arrival rate, in one process.
+//!
+//! ```text
+//! serve-generate --precision int8 --rates 1,2 --mixing prefill-first,decode-first,chunked:32,chunked:128
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bench::decode_study::{pd_timeline_svg, recorded_output_lengths, tradeoff_lines, tradeoff_svg, GenerationRun};
+use bench::generation::{formula_bytes_per_token, generation_requests, RouterStepEngine};
+use bench_cli::cli::{usage, Progress};
+use bench_cli::{prompt_texts, read, Loaded, RouterFlags, DEFAULT_PROMPTS};
+use clap::Parser;
+use router::generate::BLOCK_TOKENS;
+use router::sampling::SamplingParams;
+use serving::batching::{BatchSettings, Memory, Mixing};
+use serving::generation::{GenServer, GenSettings, GenStep, GenSummary, Percentiles};
+use web_time::Instant;
+
+/// Serves a generating load natively and prints each policy's figures side by side.
+#[derive(Parser, Debug)]
+#[command(name = "serve-generate", version)]
+struct Args {
+    /// Arrival rates to run, requests a second (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    rates: Vec<f64>,
+    /// How prefills mix with decodes: prefill-first, decode-first or chunked:N (tokens an iteration); comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "prefill-first,decode-first,chunked:64")]
+    mixing: Vec<String>,
+    /// What happens when K/V memory runs out: recompute (preempt the newest) or reserve (admit only what can finish).
+    #[arg(long, default_value = "recompute")]
+    memory: String,
+    /// The engine's K/V budget, MiB (turned into pages of 16 tokens by the kv formula).
+    #[arg(long, default_value_t = 64.0)]
+    kv_budget_mib: f64,
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 16)]
+    max_running: usize,
+    /// Seconds of arrivals in a run.
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// Seconds of arrivals at the start left out of the statistics.
+    #[arg(long, default_value_t = 5.0)]
+    warmup: f64,
+    /// Seconds after the last arrival before what is left is unfinished.
+    #[arg(long, default_value_t = 60.0)]
+    drain: f64,
+    /// Seconds a request may wait to start before its client gives up.
+    #[arg(long, default_value_t = 30.0)]
+    timeout: f64,
+    /// Prompt tokens kept of each task (its text cut before the chat layout).
+    #[arg(long, default_value_t = 256)]
+    max_prompt_tokens: usize,
+    /// The cap on drawn output lengths (tokens).
+    #[arg(long, default_value_t = 64)]
+    max_new_cap: usize,
+    /// Time-to-first-token SLO for goodput, ms.
+    #[arg(long, default_value_t = 2000.0)]
+    ttft_slo_ms: f64,
+    /// Time-per-output-token SLO for goodput, ms.
+    #[arg(long, default_value_t = 200.0)]
+    tpot_slo_ms: f64,
+    /// The arrivals' and lengths' seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The task prompts (JSONL with a `prompt` field).
+    #[arg(long, default_value = DEFAULT_PROMPTS)]
+    prompts: PathBuf,
+    /// The dataset's per-model results, for the output lengths.
+    #[arg(long, default_value = "data/coderouterbench/ood176_results_long.csv")]
+    results: PathBuf,
+    /// Also write every run (records and iterations) as JSON here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// No progress on stderr.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    router: RouterFlags,
+}
+
+fn main() -> ExitCode {
+    bench_cli::exit("serve-generate", run(Args::parse()))
+}
+
+fn parse_mixing(text: &str) -> Result<Mixing> {
+    match text.trim() {
+        "prefill-first" => Ok(Mixing::PrefillFirst),
+        "decode-first" => Ok(Mixing::DecodeFirst),
+        other => match other.strip_prefix("chunked:").map(str::parse::<usize>) {
+            Some(Ok(token_budget)) if token_budget > 0 => Ok(Mixing::Chunked { token_budget }),
+            _ => Err(usage(format!("--mixing {other}: use prefill-first, decode-first or chunked:N with N ≥ 1"))),
+        },
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let mixings = args.mixing.iter().map(|m| parse_mixing(m)).collect::<Result<Vec<_>>>()?;
+    let memory = match args.memory.as_str() {
+        "recompute" => Memory::Recompute,
+        "reserve" => Memory::Reserve,
+        other => return Err(usage(format!("--memory {other}: use recompute or reserve"))),
+    };
+    if let Some(bad) = args.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        return Err(usage(format!("--rates: {bad} is not a positive rate")));
+    }
+    if !(args.duration > args.warmup && args.warmup >= 0.0) {
+        return Err(usage("--duration must be longer than --warmup"));
+    }
+    let texts = prompt_texts(&args.prompts)?;
+    let results = String::from_utf8(read(&args.results, "--results")?).context("--results: not UTF-8")?;
+    let lengths = recorded_output_lengths(&results, args.max_new_cap).map_err(|e| anyhow::anyhow!("--results: {e}"))?;
+    let Loaded { router, .. } = args.router.load()?;
+    let h = &router.backbone.hparams;
+    // The calculator's per-token bytes for this checkpoint, every layer
+    // keeping every token (what this engine allocates), in f32.
+    let per_token = formula_bytes_per_token(h);
+    let engine_per_token = router.backbone.kv_layout().kv_bytes_per_token();
+    let block_bytes = per_token * BLOCK_TOKENS as u64;
+    let budget_blocks = ((args.kv_budget_mib * 1024.0 * 1024.0) as u64 / block_bytes) as usize;
+    let mut engine = RouterStepEngine::new(
+        &router,
+        &texts,
+        args.max_prompt_tokens,
+        SamplingParams { temperature: 0.8, top_p: 0.95, ..SamplingParams::default() },
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let prompt_tokens: Vec<usize> = engine.prompts.iter().map(Vec::len).collect();
+    let mean_prompt = prompt_tokens.iter().sum::<usize>() as f64 / prompt_tokens.len().max(1) as f64;
+    let mean_out = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
+    println!(
+        "{} · {} · K/V {per_token} B a token by the formula (the engine's pages: {engine_per_token} B a token), budget {:.0} MiB = {budget_blocks} pages of {BLOCK_TOKENS} tokens · {} prompts, mean {mean_prompt:.0} tokens (cut at {}) · output lengths from {} dataset rows (tokens per call, capped at {}), mean {mean_out:.1} · {} · at most {} running",
+        router.checkpoint_id(),
+        router.backbone.precision.label(&router.weight_type),
+        args.kv_budget_mib,
+        texts.len(),
+        args.max_prompt_tokens,
+        lengths.len(),
+        args.max_new_cap,
+        memory.label(),
+        args.max_running,
+    );
+    let plan: Vec<(f64, Mixing)> = args.rates.iter().flat_map(|&rate| mixings.iter().map(move |&m| (rate, m))).collect();
+    let mut progress = Progress::new("serve-generate", plan.iter().map(|_| args.duration + args.drain / 4.0).collect(), args.quiet);
+    let mut runs = Vec::new();
+    for &(rate, mixing) in &plan {
+        progress.step(&format!("{rate} req/s, {}", mixing.label()));
+        let settings = GenSettings {
+            batch: BatchSettings { budget_blocks, max_running: args.max_running, mixing, memory },
+            timeout_ms: args.timeout * 1000.0,
+            warmup_ms: args.warmup * 1000.0,
+            drain_ms: args.drain * 1000.0,
+            ttft_slo_ms: args.ttft_slo_ms,
+            tpot_slo_ms: args.tpot_slo_ms,
+        };
+        let requests = generation_requests(rate, args.duration, args.seed, &prompt_tokens, &lengths);
+        let mut server = GenServer::new(settings, requests, args.duration * 1000.0);
+        let started = Instant::now();
+        let mut clock = || started.elapsed().as_secs_f64() * 1000.0;
+        loop {
+            match server.step(&mut engine, &mut clock) {
+                GenStep::Done => break,
+                GenStep::Worked => {}
+                GenStep::IdleUntil(t) => {
+                    let wait = t - clock();
+                    if wait > 0.0 {
+                        std::thread::sleep(Duration::from_secs_f64(wait / 1000.0));
+                    }
+                }
+            }
+        }
+        let summary = GenSummary::of(server.records(), &settings);
+        runs.push(GenerationRun {
+            rate_per_s: rate,
+            settings,
+            summary,
+            records: server.records().to_vec(),
+            iterations: server.iterations().to_vec(),
+        });
+    }
+    print_table(&runs);
+    println!();
+    for line in tradeoff_lines(&runs) {
+        println!("{line}");
+    }
+    if let Some(out) = &args.out {
+        std::fs::write(out, serde_json::to_string(&runs)?).with_context(|| format!("--out {}", out.display()))?;
+        // The figures beside it: the trade-off, and each run's timeline.
+        let stem = out.with_extension("");
+        let figure = |suffix: &str| PathBuf::from(format!("{}.{suffix}.svg", stem.display()));
+        std::fs::write(figure("tradeoff"), tradeoff_svg(&runs))?;
+        for (i, run) in runs.iter().enumerate() {
+            std::fs::write(figure(&format!("timeline-{}", i + 1)), pd_timeline_svg(run))?;
+        }
+        println!("wrote {} and its figures ({}, {}…)", out.display(), figure("tradeoff").display(), figure("timeline-1").display());
+    }
+    Ok(())
+}
+
+fn print_table(runs: &[GenerationRun]) {
+    let p = |x: &Option<Percentiles>| x.map_or("–".to_string(), |p| format!("{:>6.0} {:>6.0} {:>6.0}", p.p50, p.p95, p.p99));
+    println!(
+        "\n{:>5}  {:<34} {:>9}  {:>20}  {:>20}  {:>20}  {:>6}  {:>7}  {:>7}  {:>10}",
+        "req/s",
+        "mixing",
+        "served",
+        "TTFT p50 p95 p99 ms",
+        "ITL p50 p95 p99 ms",
+        "done p50 p95 p99 ms",
+        "tok/s",
+        "good/s",
+        "preempt",
+        "decode rows"
+    );
+    for run in runs {
+        let s = &run.summary;
+        let decode_rows: Vec<usize> = run.iterations.iter().map(|it| it.feeds.iter().filter(|f| !f.prefill).count()).collect();
+        let mean_rows = decode_rows.iter().sum::<usize>() as f64 / decode_rows.len().max(1) as f64;
+        let lost = s.timed_out + s.rejected + s.failed + s.unfinished;
+        println!(
+            "{:>5}  {:<34} {:>4}/{:<4}  {}  {}  {}  {:>6.1}  {:>7.2}  {:>7}  {:>10.2}{}",
+            run.rate_per_s,
+            run.settings.batch.mixing.label(),
+            s.served,
+            s.measured,
+            p(&s.ttft_ms),
+            p(&s.itl_ms),
+            p(&s.completion_ms),
+            s.tokens_per_s,
+            s.goodput_per_s,
+            s.preemptions,
+            mean_rows,
+            if lost > 0 {
+                format!("  ({} timed out, {} rejected, {} failed, {} unfinished)", s.timed_out, s.rejected, s.failed, s.unfinished)
+            } else {
+                String::new()
+            }
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_is_documented() {
+        bench_cli::cli::assert_documented(&super::Args::command());
+    }
+
+    #[test]
+    fn mixing_names_parse_and_bad_ones_are_usage_errors() {
+        use serving::batching::Mixing;
+        assert_eq!(super::parse_mixing("chunked:64").unwrap(), Mixing::Chunked { token_budget: 64 });
+        assert_eq!(super::parse_mixing("prefill-first").unwrap(), Mixing::PrefillFirst);
+        assert!(super::parse_mixing("chunked:0").is_err());
+        assert!(super::parse_mixing("fast").is_err());
+    }
+}

@@ -1,0 +1,309 @@
+//! Note 06's generating experiment as data and figures, without the
+//! engine (the page's UI thread draws them): a run ([`GenerationRun`]),
+//! the note's figure from a real run (one row per request, its prefill
+//! chunks and decode iterations coloured on a shared time axis), the
+//! trade-off plot (inter-token latency p95 against TTFT p95, a point per
+//! run, a line per mixing policy) and the trade-off named from the
+//! numbers.
+
+use serde::{Deserialize, Serialize};
+use serving::batching::Mixing;
+use serving::generation::{GenOutcome, GenRecord, GenSettings, GenSummary, Iteration};
+
+use crate::svg::{escape, plot_svg, PlotSeries};
+
+/// One generating run: its settings and everything it recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationRun {
+    pub rate_per_s: f64,
+    pub settings: GenSettings,
+    pub summary: GenSummary,
+    pub records: Vec<GenRecord>,
+    pub iterations: Vec<Iteration>,
+}
+
+impl GenerationRun {
+    pub fn label(&self) -> String {
+        format!("{} req/s, {}", self.rate_per_s, self.settings.batch.mixing.label())
+    }
+}
+
+/// Output lengths as the dataset recorded them: per task and model, the
+/// tokens a call produced on average (`out_tok / calls`), leaving out the
+/// rows with no tokens (failed runs), each capped at `cap`.
+pub fn recorded_output_lengths(results_csv: &str, cap: usize) -> Result<Vec<usize>, String> {
+    let mut reader = csv::Reader::from_reader(results_csv.as_bytes());
+    let headers = reader.headers().map_err(|e| e.to_string())?.clone();
+    let column = |name: &str| headers.iter().position(|h| h == name).ok_or_else(|| format!("the results have no `{name}` column"));
+    let (out, calls) = (column("out_tok")?, column("calls")?);
+    let mut lengths = Vec::new();
+    for (line, row) in reader.records().enumerate() {
+        let row = row.map_err(|e| format!("line {}: {e}", line + 2))?;
+        let number = |i: usize| row.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let (out, calls) = (number(out), number(calls));
+        if out > 0.0 && calls > 0.0 {
+            lengths.push(((out / calls).round() as usize).clamp(1, cap.max(1)));
+        }
+    }
+    if lengths.is_empty() {
+        return Err("the results hold no row with output tokens".into());
+    }
+    Ok(lengths)
+}
+
+const W: f64 = 640.0;
+const L: f64 = 56.0;
+const R: f64 = 16.0;
+
+/// Work on one request between two times, as the figure draws it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stretch {
+    start: f64,
+    end: f64,
+    prefill: bool,
+}
+
+/// Each request's stretches of engine work: consecutive iterations of the
+/// same kind merged (a decode iteration follows the last within a
+/// millisecond), so a run of thousands of iterations stays a small figure.
+fn stretches(iterations: &[Iteration], id: u64) -> Vec<Stretch> {
+    let mut out: Vec<Stretch> = Vec::new();
+    for it in iterations {
+        let Some(feed) = it.feeds.iter().find(|f| f.id == id) else { continue };
+        match out.last_mut() {
+            Some(last) if last.prefill == feed.prefill && it.start_ms - last.end <= 1.0 => last.end = it.end_ms,
+            _ => out.push(Stretch { start: it.start_ms, end: it.end_ms, prefill: feed.prefill }),
+        }
+    }
+    out
+}
+
+/// Note 06's figure from a real run: a row per request (arrival order),
+/// waiting from arrival to its first iteration (light), its prefill chunks
+/// (P) and decode iterations (D) in their colours, on one time axis; a
+/// request that ended unserved is marked by its outcome.
+pub fn pd_timeline_svg(run: &GenerationRun) -> String {
+    let mut records: Vec<&GenRecord> = run.records.iter().collect();
+    records.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
+    let rows = records.len().max(1);
+    let bar = match rows {
+        0..=30 => 12.0,
+        31..=100 => 5.0,
+        _ => 2.5,
+    };
+    let h = 30.0 + bar * rows as f64 + 24.0;
+    let end = records.iter().map(|r| r.end_ms).fold(1.0, f64::max);
+    let x = |t: f64| L + (W - L - R) * t / end;
+    let label = escape(&run.label());
+    let mut out = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h:.0}" role="img" class="pd-timeline" aria-label="Prefill and decode: {label}"><title>Prefill and decode: {label}</title>"#
+    );
+    let step = crate::serve::plot_step(end / 1000.0);
+    let mut t = 0.0;
+    while t <= end / 1000.0 + 1e-9 {
+        out.push_str(&format!(
+            r#"<line class="grid" x1="{0:.1}" x2="{0:.1}" y1="24" y2="{1:.1}"/><text class="tick" x="{0:.1}" y="18" text-anchor="middle">{2}s</text>"#,
+            x(t * 1000.0),
+            h - 20.0,
+            t
+        ));
+        t += step;
+    }
+    for (i, r) in records.iter().enumerate() {
+        let y = 28.0 + bar * i as f64;
+        let waited = r.start_ms.unwrap_or(r.end_ms);
+        let outcome = match r.outcome {
+            GenOutcome::Served => "served",
+            GenOutcome::TimedOut | GenOutcome::Unfinished => "late",
+            GenOutcome::Rejected | GenOutcome::Failed => "dropped",
+        };
+        out.push_str(&format!(
+            r#"<rect class="wait {outcome}" data-id="{}" x="{:.1}" y="{y:.1}" width="{:.2}" height="{:.1}"><title>#{} ({} prompt tokens, {} out): waited {:.0} ms, first token after {}, {} preemptions</title></rect>"#,
+            r.id,
+            x(r.arrival_ms),
+            (x(waited) - x(r.arrival_ms)).max(0.5),
+            bar * 0.8,
+            r.id,
+            r.prompt_tokens,
+            r.tokens_out,
+            waited - r.arrival_ms,
+            r.ttft_ms().map_or("never".to_string(), |t| format!("{t:.0} ms")),
+            r.preemptions,
+        ));
+        for s in stretches(&run.iterations, r.id) {
+            let (class, kind) = if s.prefill { ("prefill", "P") } else { ("decode", "D") };
+            out.push_str(&format!(
+                r#"<rect class="{class}" x="{:.1}" y="{y:.1}" width="{:.2}" height="{:.1}"><title>#{} {kind} {:.0}–{:.0} ms</title></rect>"#,
+                x(s.start),
+                (x(s.end) - x(s.start)).max(0.5),
+                bar * 0.8,
+                r.id,
+                s.start,
+                s.end
+            ));
+        }
+    }
+    out.push_str(&format!(
+        r#"<text class="legend" x="{L}" y="{:.1}">a row per request: waiting (light), prefill chunks P (orange), decode iterations D (blue)</text></svg>"#,
+        h - 4.0
+    ));
+    out
+}
+
+/// Inter-token latency p95 against TTFT p95, a point per run labelled by
+/// its rate, a line per mixing policy (chunked runs of one token budget
+/// are one policy).
+pub fn tradeoff_svg(runs: &[GenerationRun]) -> String {
+    let mut policies: Vec<Mixing> = Vec::new();
+    for run in runs {
+        if !policies.contains(&run.settings.batch.mixing) {
+            policies.push(run.settings.batch.mixing);
+        }
+    }
+    let series: Vec<PlotSeries> = policies
+        .iter()
+        .enumerate()
+        .map(|(i, &mixing)| {
+            let mut points: Vec<(f64, f64, Option<String>)> = runs
+                .iter()
+                .filter(|r| r.settings.batch.mixing == mixing)
+                .filter_map(|r| {
+                    let (ttft, itl) = (r.summary.ttft_ms?, r.summary.itl_ms?);
+                    Some((ttft.p95 / 1000.0, itl.p95, Some(format!("{}/s", r.rate_per_s))))
+                })
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            PlotSeries { label: mixing.label(), class: format!("q{}", i % 6), points, line: true }
+        })
+        .collect();
+    plot_svg("Inter-token latency against time to first token", "TTFT p95 (s)", "ITL p95 (ms)", &series)
+}
+
+/// The trade-off in words, from the numbers: for each rate, which policy
+/// had the lowest ITL p95 and which the lowest TTFT p95, and, between the
+/// smallest and largest chunk budgets run, what the smaller chunks bought
+/// and cost (tokens/s: the scheduling overhead of more, smaller
+/// iterations).
+pub fn tradeoff_lines(runs: &[GenerationRun]) -> Vec<String> {
+    let mut rates: Vec<f64> = runs.iter().map(|r| r.rate_per_s).collect();
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    let mut lines = Vec::new();
+    for rate in rates {
+        let at: Vec<&GenerationRun> = runs.iter().filter(|r| r.rate_per_s == rate).collect();
+        let best = |f: &dyn Fn(&GenSummary) -> Option<f64>| {
+            at.iter().filter_map(|r| f(&r.summary).map(|v| (v, r.settings.batch.mixing.label()))).min_by(|a, b| a.0.total_cmp(&b.0))
+        };
+        if let (Some(itl), Some(ttft)) = (best(&|s| s.itl_ms.map(|p| p.p95)), best(&|s| s.ttft_ms.map(|p| p.p95))) {
+            lines.push(format!(
+                "At {rate} req/s the lowest ITL p95 was {} ({:.0} ms) and the lowest TTFT p95 {} ({:.0} ms).",
+                itl.1, itl.0, ttft.1, ttft.0
+            ));
+        }
+        let mut chunked: Vec<(usize, &GenerationRun)> = at
+            .iter()
+            .filter_map(|r| match r.settings.batch.mixing {
+                Mixing::Chunked { token_budget } => Some((token_budget, *r)),
+                _ => None,
+            })
+            .collect();
+        chunked.sort_by_key(|c| c.0);
+        if let (Some(small), Some(large)) = (chunked.first(), chunked.last()) {
+            if small.0 != large.0 {
+                let p95 = |r: &GenerationRun, f: fn(&GenSummary) -> Option<serving::generation::Percentiles>| {
+                    f(&r.summary).map_or(f64::NAN, |p| p.p95)
+                };
+                lines.push(format!(
+                    "At {rate} req/s, chunks of {} against {} tokens: ITL p95 {:.0} against {:.0} ms, TTFT p95 {:.0} against {:.0} ms, {:.1} against {:.1} tokens/s{}.",
+                    small.0,
+                    large.0,
+                    p95(small.1, |s| s.itl_ms),
+                    p95(large.1, |s| s.itl_ms),
+                    p95(small.1, |s| s.ttft_ms),
+                    p95(large.1, |s| s.ttft_ms),
+                    small.1.summary.tokens_per_s,
+                    large.1.summary.tokens_per_s,
+                    if small.1.summary.tokens_per_s < large.1.summary.tokens_per_s {
+                        ": smaller chunks cost throughput (more iterations, each re-reading the weights)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serving::batching::{BatchSettings, Memory};
+    use serving::generation::{Feed, Percentiles};
+
+    fn run(label_rate: f64) -> GenerationRun {
+        let settings = GenSettings {
+            batch: BatchSettings {
+                budget_blocks: 10,
+                max_running: 4,
+                mixing: Mixing::Chunked { token_budget: 8 },
+                memory: Memory::Recompute,
+            },
+            timeout_ms: 1e9,
+            warmup_ms: 0.0,
+            drain_ms: 1e9,
+            ttft_slo_ms: 100.0,
+            tpot_slo_ms: 10.0,
+        };
+        let record = GenRecord {
+            id: 0,
+            prompt_tokens: 5,
+            max_new_tokens: 3,
+            warmup: false,
+            arrival_ms: 0.0,
+            start_ms: Some(1.0),
+            first_token_ms: Some(3.0),
+            gaps_ms: vec![1.0, 1.0],
+            end_ms: 5.0,
+            tokens_out: 3,
+            prefill_chunks: 1,
+            preemptions: 0,
+            outcome: GenOutcome::Served,
+        };
+        let feed = |prefill| vec![Feed { id: 0, tokens: if prefill { 5 } else { 1 }, prefill }];
+        let iterations = vec![
+            Iteration { start_ms: 1.0, end_ms: 3.0, feeds: feed(true), blocks_in_use: 2 },
+            Iteration { start_ms: 3.0, end_ms: 4.0, feeds: feed(false), blocks_in_use: 2 },
+            Iteration { start_ms: 4.0, end_ms: 5.0, feeds: feed(false), blocks_in_use: 2 },
+        ];
+        let summary = GenSummary::of(std::slice::from_ref(&record), &settings);
+        GenerationRun { rate_per_s: label_rate, settings, summary, records: vec![record], iterations }
+    }
+
+    #[test]
+    fn consecutive_decodes_merge_into_one_stretch() {
+        let r = run(1.0);
+        assert_eq!(
+            stretches(&r.iterations, 0),
+            vec![Stretch { start: 1.0, end: 3.0, prefill: true }, Stretch { start: 3.0, end: 5.0, prefill: false }]
+        );
+        let svg = pd_timeline_svg(&r);
+        assert_eq!(svg.matches(r#"class="prefill""#).count(), 1);
+        assert_eq!(svg.matches(r#"class="decode""#).count(), 1);
+    }
+
+    #[test]
+    fn the_tradeoff_names_the_best_policy_per_rate() {
+        let mut a = run(1.0);
+        a.summary.itl_ms = Some(Percentiles { p50: 1.0, p95: 2.0, p99: 3.0 });
+        let mut b = run(1.0);
+        b.settings.batch.mixing = Mixing::Chunked { token_budget: 64 };
+        b.summary.itl_ms = Some(Percentiles { p50: 5.0, p95: 9.0, p99: 12.0 });
+        b.summary.tokens_per_s = a.summary.tokens_per_s + 10.0;
+        let lines = tradeoff_lines(&[a.clone(), b.clone()]);
+        assert!(lines[0].contains("lowest ITL p95 was chunked, 8 tokens an iteration (2 ms)"), "{lines:?}");
+        assert!(lines[1].contains("chunks of 8 against 64 tokens") && lines[1].contains("smaller chunks cost throughput"), "{lines:?}");
+        let svg = tradeoff_svg(&[a, b]);
+        assert!(svg.contains("chunked, 64 tokens an iteration"));
+    }
+}
