@@ -20,6 +20,7 @@ mod prefix_card;
 mod quality_card;
 mod serve_card;
 mod serve_form;
+mod serve_generate_card;
 mod worker;
 
 use bench::page::RouterForm;
@@ -127,6 +128,7 @@ fn LivePage() -> impl IntoView {
         <quality_card::QualityCard/>
         <serve_card::ServeCard/>
         <generate_card::GenerateCard/>
+        <serve_generate_card::ServeGenerateCard/>
     }
 }
 

@@ -807,3 +807,47 @@ test('generate: a greedy answer streams token by token and matches the native en
   await screenshot(page, 'router-generate');
   await page.context().close();
 });
+
+test('serving with generation: a short mixed load runs in the worker per policy, and the page draws note 06\'s figure from it', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  const fill = async (id, value) => page.getByTestId(`gen-serve-${id}`).fill(value);
+  await fill('rates', '2');
+  await fill('mixings', 'prefill-first, chunked:16');
+  await fill('duration', '5');
+  await fill('warmup', '1');
+  await fill('prompt', '48');
+  await fill('cap', '12');
+  // A bad field is named, and nothing is sent.
+  await fill('mixings', 'prefill-first, chunked:0');
+  await page.getByTestId('gen-serve-run').click();
+  await page.waitForFunction(() => /mixing: `chunked:0` is not a mixing/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''));
+  assert.equal(await page.getByTestId('gen-serve-mixings').inputValue(), 'prefill-first, chunked:0');
+  await fill('mixings', 'prefill-first, chunked:16');
+  await page.getByTestId('gen-serve-run').click();
+  await page.getByTestId('gen-serve-stage').waitFor({ timeout: 60_000 });
+  await page.getByTestId('gen-serve-report').waitFor({ timeout: 300_000 });
+  const rows = await page.locator('[data-testid=gen-serve-row]').evaluateAll((trs) => trs.map((r) => ({ served: Number(r.dataset.served), measured: Number(r.dataset.measured) })));
+  assert.equal(rows.length, 2);
+  assert.ok(rows.every((r) => r.measured > 0 && r.served === r.measured), JSON.stringify(rows));
+  assert.match(await text(page, 'gen-serve-tradeoff'), /lowest ITL p95 was/);
+  assert.equal(await page.locator('[data-testid=gen-serve-tradeoff-plot] svg').count(), 1);
+  // The note's figure: prefill chunks and decode iterations, per request.
+  const figure = async () => page.locator('[data-testid=gen-serve-timeline] svg').evaluate((svg) => ({
+    label: svg.getAttribute('aria-label'),
+    prefill: svg.querySelectorAll('rect.prefill').length,
+    decode: svg.querySelectorAll('rect.decode').length,
+    requests: svg.querySelectorAll('rect.wait').length,
+  }));
+  const first = await figure();
+  assert.ok(first.prefill > 0 && first.decode > 0 && first.requests >= rows[0].measured, JSON.stringify(first));
+  assert.match(first.label, /prefill-first/);
+  await page.getByTestId('gen-serve-shown').selectOption('1');
+  const second = await figure();
+  assert.match(second.label, /chunked, 16 tokens an iteration/);
+  // Chunks of 16 tokens: a 48-token prompt takes several prefill stretches or rides beside decodes.
+  assert.ok(second.prefill >= second.requests, JSON.stringify(second));
+  await screenshot(page, 'router-serve-generate');
+  await page.context().close();
+});

@@ -7,7 +7,7 @@
 //! numbers.
 
 use serde::{Deserialize, Serialize};
-use serving::batching::Mixing;
+use serving::batching::{BatchSettings, Memory, Mixing};
 use serving::generation::{GenOutcome, GenRecord, GenSettings, GenSummary, Iteration};
 
 use crate::svg::{escape, plot_svg, PlotSeries};
@@ -49,6 +49,128 @@ pub fn recorded_output_lengths(results_csv: &str, cap: usize) -> Result<Vec<usiz
         return Err("the results hold no row with output tokens".into());
     }
     Ok(lengths)
+}
+
+/// What a generating serving test asks for: the runs (each rate × each
+/// mixing) and what they share. The engine turns the K/V budget into pages
+/// by the checkpoint's formula.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationPlan {
+    pub rates: Vec<f64>,
+    pub mixings: Vec<Mixing>,
+    pub memory: Memory,
+    pub kv_budget_mib: f64,
+    pub max_running: usize,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub drain_s: f64,
+    pub timeout_s: f64,
+    pub max_prompt_tokens: usize,
+    pub ttft_slo_ms: f64,
+    pub tpot_slo_ms: f64,
+    pub seed: u64,
+}
+
+impl GenerationPlan {
+    /// Every run's rate and settings, rates outermost; `budget_blocks` from the engine.
+    pub fn runs(&self, budget_blocks: usize) -> Vec<(f64, GenSettings)> {
+        self.rates
+            .iter()
+            .flat_map(|&rate| {
+                self.mixings.iter().map(move |&mixing| {
+                    let settings = GenSettings {
+                        batch: BatchSettings { budget_blocks, max_running: self.max_running, mixing, memory: self.memory },
+                        timeout_ms: self.timeout_s * 1000.0,
+                        warmup_ms: self.warmup_s * 1000.0,
+                        drain_ms: self.drain_s * 1000.0,
+                        ttft_slo_ms: self.ttft_slo_ms,
+                        tpot_slo_ms: self.tpot_slo_ms,
+                    };
+                    (rate, settings)
+                })
+            })
+            .collect()
+    }
+
+    /// Refuses a plan that cannot run, naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        if self.rates.is_empty() || self.rates.iter().any(|r| !(r.is_finite() && *r > 0.0)) {
+            return Err("rates: give positive rates, requests a second".into());
+        }
+        if self.mixings.is_empty() {
+            return Err("mixing: give at least one".into());
+        }
+        if !(self.duration_s > self.warmup_s && self.warmup_s >= 0.0) {
+            return Err("duration: must be longer than the warm-up".into());
+        }
+        if self.kv_budget_mib.is_nan() || self.kv_budget_mib <= 0.0 || self.max_running == 0 || self.max_prompt_tokens == 0 {
+            return Err("the K/V budget, the running limit and the prompt cut must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// The page's form for a generating serving test, as typed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationForm {
+    pub rates: String,
+    pub mixings: String,
+    pub duration_s: String,
+    pub warmup_s: String,
+    pub max_prompt_tokens: String,
+    pub max_new_cap: String,
+    pub kv_budget_mib: String,
+    pub max_running: String,
+}
+
+impl Default for GenerationForm {
+    /// A short run the browser finishes in about half a minute a policy.
+    fn default() -> GenerationForm {
+        GenerationForm {
+            rates: "1".into(),
+            mixings: "prefill-first, decode-first, chunked:32".into(),
+            duration_s: "12".into(),
+            warmup_s: "2".into(),
+            max_prompt_tokens: "96".into(),
+            max_new_cap: "32".into(),
+            kv_budget_mib: "64".into(),
+            max_running: "8".into(),
+        }
+    }
+}
+
+impl GenerationForm {
+    /// The plan and the output-length cap, or `field: why`.
+    pub fn parse(&self) -> Result<(GenerationPlan, usize), String> {
+        fn number<T: std::str::FromStr>(field: &str, text: &str) -> Result<T, String> {
+            text.trim().parse().map_err(|_| format!("{field}: {:?} is not a number of the kind it takes", text.trim()))
+        }
+        let rates = self.rates.split(',').map(|r| number::<f64>("rates", r)).collect::<Result<Vec<_>, _>>()?;
+        let mixings =
+            self.mixings.split(',').map(|m| Mixing::parse(m).map_err(|e| format!("mixing: {e}"))).collect::<Result<Vec<_>, _>>()?;
+        let duration_s: f64 = number("duration", &self.duration_s)?;
+        let plan = GenerationPlan {
+            rates,
+            mixings,
+            memory: Memory::Recompute,
+            kv_budget_mib: number("kv_budget_mib", &self.kv_budget_mib)?,
+            max_running: number("max_running", &self.max_running)?,
+            duration_s,
+            warmup_s: number("warmup", &self.warmup_s)?,
+            drain_s: 60.0,
+            timeout_s: 30.0,
+            max_prompt_tokens: number("max_prompt_tokens", &self.max_prompt_tokens)?,
+            ttft_slo_ms: 2000.0,
+            tpot_slo_ms: 200.0,
+            seed: 1,
+        };
+        let cap: usize = number("max_new_cap", &self.max_new_cap)?;
+        if cap == 0 {
+            return Err("max_new_cap: at least 1 token".into());
+        }
+        plan.check()?;
+        Ok((plan, cap))
+    }
 }
 
 const W: f64 = 640.0;
@@ -278,6 +400,28 @@ mod tests {
         ];
         let summary = GenSummary::of(std::slice::from_ref(&record), &settings);
         GenerationRun { rate_per_s: label_rate, settings, summary, records: vec![record], iterations }
+    }
+
+    /// Both figures are well-formed XML of plot elements only (their
+    /// labels are numbers and policy names; the page mounts them as HTML).
+    #[test]
+    fn the_form_parses_or_names_its_field() {
+        let (plan, cap) = GenerationForm::default().parse().unwrap();
+        assert_eq!(plan.mixings, vec![Mixing::PrefillFirst, Mixing::DecodeFirst, Mixing::Chunked { token_budget: 32 }]);
+        assert_eq!((plan.rates.clone(), cap), (vec![1.0], 32));
+        assert_eq!(plan.runs(10).len(), 3);
+        let refused = |f: GenerationForm| f.parse().unwrap_err();
+        assert!(refused(GenerationForm { rates: "1, fast".into(), ..GenerationForm::default() }).starts_with("rates:"));
+        assert!(refused(GenerationForm { mixings: "chunked:0".into(), ..GenerationForm::default() }).starts_with("mixing:"));
+        assert!(refused(GenerationForm { warmup_s: "20".into(), ..GenerationForm::default() }).starts_with("duration:"));
+        assert!(refused(GenerationForm { max_new_cap: "0".into(), ..GenerationForm::default() }).starts_with("max_new_cap:"));
+    }
+
+    #[test]
+    fn the_figures_hold_plot_elements_only() {
+        let r = run(1.0);
+        crate::svg::texts_and_values(&pd_timeline_svg(&r));
+        crate::svg::texts_and_values(&tradeoff_svg(&[r]));
     }
 
     #[test]

@@ -49,6 +49,14 @@ fn ticks(max: f64) -> Vec<f64> {
     (0..=((max / step).ceil() as usize)).map(|i| i as f64 * step).collect()
 }
 
+/// A tick's value as printed: multiples of a step like 0.2 are not exact in
+/// binary (3 × 0.2 prints as 0.6000000000000001), so the value is rounded
+/// to six decimals first.
+fn tick_label(value: f64) -> String {
+    let rounded = (value * 1e6).round() / 1e6;
+    format!("{rounded}")
+}
+
 /// A scatter/line plot from zero on both axes.
 pub fn plot_svg(title: &str, x_label: &str, y_label: &str, series: &[PlotSeries]) -> String {
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(0.0, f64::max).max(1e-9);
@@ -63,10 +71,10 @@ pub fn plot_svg(title: &str, x_label: &str, y_label: &str, series: &[PlotSeries]
         escape(title)
     );
     for t in &xt {
-        out.push_str(&format!(r#"<line class="grid" x1="{0:.1}" x2="{0:.1}" y1="{1}" y2="{2}"/><text class="tick" x="{0:.1}" y="{3}" text-anchor="middle">{4}</text>"#, x(*t), T, H - B, H - B + 14.0, t));
+        out.push_str(&format!(r#"<line class="grid" x1="{0:.1}" x2="{0:.1}" y1="{1}" y2="{2}"/><text class="tick" x="{0:.1}" y="{3}" text-anchor="middle">{4}</text>"#, x(*t), T, H - B, H - B + 14.0, tick_label(*t)));
     }
     for t in &yt {
-        out.push_str(&format!(r#"<line class="grid" x1="{1}" x2="{2}" y1="{0:.1}" y2="{0:.1}"/><text class="tick" x="{3}" y="{0:.1}" text-anchor="end" dominant-baseline="middle">{4}</text>"#, y(*t), L, W - R, L - 6.0, t));
+        out.push_str(&format!(r#"<line class="grid" x1="{1}" x2="{2}" y1="{0:.1}" y2="{0:.1}"/><text class="tick" x="{3}" y="{0:.1}" text-anchor="end" dominant-baseline="middle">{4}</text>"#, y(*t), L, W - R, L - 6.0, tick_label(*t)));
     }
     out.push_str(&format!(
         r#"<text class="axis" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text><text class="axis" transform="translate(14 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
@@ -154,6 +162,13 @@ pub(crate) fn texts_and_values(svg: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_print_without_binary_noise() {
+        assert_eq!(tick_label(3.0 * 0.2), "0.6");
+        assert_eq!(tick_label(150.0), "150");
+        assert_eq!(tick_label(0.000_25), "0.00025");
+    }
 
     #[test]
     fn escape_covers_text_and_both_quotes() {

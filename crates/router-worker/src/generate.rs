@@ -1,10 +1,14 @@
 //! The Generate job: one sequence on the loaded router, a token a step,
 //! each piece of text posted as it is released, with a yield between
-//! tokens so Cancel is read (a cancelled generation keeps its tokens).
+//! tokens so Cancel is read (a cancelled generation keeps its tokens). And
+//! the generating serving test: many sequences batched by the scheduler.
 
-use bench::generation::SingleGeneration;
+use bench::decode_study::{GenerationPlan, GenerationRun};
+use bench::generation::{formula_bytes_per_token, generation_requests, RouterStepEngine, SingleGeneration};
+use router::generate::BLOCK_TOKENS;
 use router::sampling::SamplingParams;
 use router::Conversation;
+use serving::generation::{GenServer, GenStep, GenSummary};
 use wire::desk::{Finished, JobTicket, Outcome};
 use wire::{JobProgress, JobResult};
 
@@ -41,5 +45,97 @@ impl RouterWorker {
             gloo_timers::future::TimeoutFuture::new(0).await;
         }
         Ok(Finished { result: JobResult::Generated(Box::new(generation.summary(router, cancelled))), cancelled })
+    }
+}
+
+impl RouterWorker {
+    /// Note 06's generating experiment: each run of the plan in real time
+    /// through `serving::generation::GenServer` on this worker's engine,
+    /// as `serve-generate` runs it natively. While the engine is idle the
+    /// worker awaits a timer (at most 50 ms at a time, so Cancel is read);
+    /// while it works it yields at most every 100 ms, posting a tick.
+    pub(crate) async fn serve_generate(&self, ticket: &JobTicket, plan: GenerationPlan, output_lengths: Vec<usize>) -> Outcome {
+        let loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
+        let outcome = self.serve_generate_with(ticket, &loaded, plan, output_lengths).await;
+        *self.loaded.borrow_mut() = Some(loaded);
+        outcome
+    }
+
+    async fn serve_generate_with(&self, ticket: &JobTicket, loaded: &Loaded, plan: GenerationPlan, lengths: Vec<usize>) -> Outcome {
+        const YIELD_EVERY_MS: f64 = 100.0;
+        const LONGEST_WAIT_MS: f64 = 50.0;
+        plan.check()?;
+        if lengths.is_empty() {
+            return Err("no output lengths to draw from".into());
+        }
+        let router = &loaded.router;
+        let texts: Vec<String> = self.tasks.iter().map(|t| t.prompt.clone()).collect();
+        let sampling = SamplingParams { temperature: 0.8, top_p: 0.95, ..SamplingParams::default() };
+        let mut engine = RouterStepEngine::new(router, &texts, plan.max_prompt_tokens, sampling)?;
+        let prompt_tokens: Vec<usize> = engine.prompts.iter().map(Vec::len).collect();
+        let block_bytes = formula_bytes_per_token(&router.backbone.hparams) * BLOCK_TOKENS as u64;
+        let budget_blocks = ((plan.kv_budget_mib * 1024.0 * 1024.0) as u64 / block_bytes.max(1)) as usize;
+        let planned = plan.runs(budget_blocks);
+        let mut runs = Vec::new();
+        let mut cancelled = false;
+        for (index, (rate, settings)) in planned.iter().copied().enumerate() {
+            let requests = generation_requests(rate, plan.duration_s, plan.seed, &prompt_tokens, &lengths);
+            let mut server = GenServer::new(settings, requests, plan.duration_s * 1000.0);
+            let start = web_time::Instant::now();
+            let clock = move || start.elapsed().as_secs_f64() * 1000.0;
+            let tick = |server: &GenServer<RouterStepEngine<'_>>| {
+                let (running, waiting) = server.queue();
+                let progress = JobProgress::GenerationTick {
+                    run: index,
+                    runs: planned.len(),
+                    t_ms: clock(),
+                    finished: server.records().len(),
+                    running,
+                    waiting,
+                };
+                self.progress(ticket, progress);
+            };
+            let mut last_yield = 0.0;
+            loop {
+                if self.cancelled(ticket) {
+                    cancelled = true;
+                    server.stop(clock());
+                    break;
+                }
+                match server.step(&mut engine, &mut { clock }) {
+                    GenStep::Worked => {
+                        if clock() - last_yield >= YIELD_EVERY_MS {
+                            tick(&server);
+                            gloo_timers::future::TimeoutFuture::new(0).await;
+                            last_yield = clock();
+                        }
+                    }
+                    GenStep::IdleUntil(t) => {
+                        tick(&server);
+                        let wait = (t - clock()).clamp(0.0, LONGEST_WAIT_MS);
+                        gloo_timers::future::TimeoutFuture::new(wait.ceil() as u32).await;
+                        last_yield = clock();
+                    }
+                    GenStep::Done => break,
+                }
+            }
+            let summary = GenSummary::of(server.records(), &settings);
+            runs.push(GenerationRun {
+                rate_per_s: rate,
+                settings,
+                summary,
+                records: server.records().to_vec(),
+                iterations: server.iterations().to_vec(),
+            });
+            if cancelled {
+                break;
+            }
+        }
+        let result = JobResult::ServedGeneration {
+            checkpoint_id: router.checkpoint_id().to_string(),
+            precision: router.backbone.precision.label(&router.weight_type),
+            runs,
+        };
+        Ok(Finished { result, cancelled })
     }
 }

@@ -68,6 +68,19 @@ pub enum Mixing {
 }
 
 impl Mixing {
+    /// `prefill-first`, `decode-first` or `chunked:N` (N ≥ 1 tokens an
+    /// iteration), as the CLI and the page spell them.
+    pub fn parse(text: &str) -> Result<Mixing, String> {
+        match text.trim() {
+            "prefill-first" => Ok(Mixing::PrefillFirst),
+            "decode-first" => Ok(Mixing::DecodeFirst),
+            other => match other.strip_prefix("chunked:").map(|n| n.trim().parse::<usize>()) {
+                Some(Ok(token_budget)) if token_budget > 0 => Ok(Mixing::Chunked { token_budget }),
+                _ => Err(format!("`{other}` is not a mixing: use prefill-first, decode-first or chunked:N with N ≥ 1")),
+            },
+        }
+    }
+
     pub fn label(self) -> String {
         match self {
             Mixing::PrefillFirst => "prefill-first".into(),
@@ -514,6 +527,14 @@ mod tests {
         let (finished, rejected, preemptions) = run(settings, &[(8, 12), (8, 12), (8, 12)], 0);
         assert!(rejected.is_empty() && finished.len() == 3);
         assert!(preemptions > 0, "three sequences of 20 tokens in 24 tokens of blocks did not preempt");
+    }
+
+    #[test]
+    fn mixing_names_parse_and_bad_ones_are_refused() {
+        assert_eq!(Mixing::parse("chunked:64"), Ok(Mixing::Chunked { token_budget: 64 }));
+        assert_eq!(Mixing::parse(" prefill-first "), Ok(Mixing::PrefillFirst));
+        assert_eq!(Mixing::parse("decode-first"), Ok(Mixing::DecodeFirst));
+        assert!(Mixing::parse("chunked:0").is_err() && Mixing::parse("fast").is_err());
     }
 
     /// Prefill-first stalls decodes for a new prompt; chunked keeps them going.

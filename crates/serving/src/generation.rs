@@ -177,6 +177,21 @@ impl<E: StepEngine> GenServer<E> {
         self.scheduler.preemptions()
     }
 
+    /// Requests running and waiting now.
+    pub fn queue(&self) -> (usize, usize) {
+        (self.scheduler.running(), self.scheduler.waiting())
+    }
+
+    /// Ends the run now (a Cancel): what is running or waiting is
+    /// unfinished, and requests that have not arrived get no record.
+    pub fn stop(&mut self, now_ms: f64) {
+        for (id, _) in self.scheduler.drain() {
+            self.record(id, now_ms, GenOutcome::Unfinished);
+        }
+        self.next = self.requests.len();
+        self.done = true;
+    }
+
     fn request(&self, id: u64) -> &GenRequest {
         self.requests.iter().find(|r| r.id == id).expect("a known request")
     }

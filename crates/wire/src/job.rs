@@ -11,6 +11,7 @@
 //! worker refuse work while busy with a typed [`Rejection`] the page can tell
 //! from a failure (a Load refused during a Decide is not a failed load).
 
+use bench::decode_study::{GenerationPlan, GenerationRun};
 use bench::prefix::PrefixReport;
 use bench::quality::RoutedTask;
 use bench::report::LatencyReport;
@@ -43,6 +44,7 @@ pub enum JobKind {
     Route,
     Serve,
     Generate,
+    ServeGenerate,
 }
 
 impl JobKind {
@@ -57,13 +59,14 @@ impl JobKind {
             JobKind::Route => "routing the evaluation tasks",
             JobKind::Serve => "the serving test",
             JobKind::Generate => "a generation",
+            JobKind::ServeGenerate => "the serving test with generation",
         }
     }
 
     /// Whether Cancel means anything: the long jobs check it between
     /// calls; a load, a decide and the probe are each one call.
     pub fn cancellable(self) -> bool {
-        matches!(self, JobKind::Bench | JobKind::Prefix | JobKind::Route | JobKind::Serve | JobKind::Generate)
+        matches!(self, JobKind::Bench | JobKind::Prefix | JobKind::Route | JobKind::Serve | JobKind::Generate | JobKind::ServeGenerate)
     }
 }
 
@@ -140,6 +143,10 @@ pub enum JobRequest {
     /// checkpoint's chat layout), streaming each piece of text as a
     /// [`JobProgress::Generated`].
     Generate { conversation: Conversation, params: SamplingParams },
+    /// Note 06's generating experiment: each run of `plan` in real time on
+    /// this worker's engine, requests drawn from the worker's task prompts
+    /// with output lengths drawn from `output_lengths`.
+    ServeGenerate { plan: GenerationPlan, output_lengths: Vec<usize> },
 }
 
 impl JobRequest {
@@ -153,6 +160,7 @@ impl JobRequest {
             JobRequest::Route { .. } => JobKind::Route,
             JobRequest::Serve { .. } => JobKind::Serve,
             JobRequest::Generate { .. } => JobKind::Generate,
+            JobRequest::ServeGenerate { .. } => JobKind::ServeGenerate,
         }
     }
 }
@@ -327,6 +335,17 @@ pub enum JobProgress {
         tokens: usize,
         ms: f64,
     },
+    /// The generating serving test's state, at most every 100 ms: which
+    /// run of how many, the milliseconds into it, and its requests
+    /// finished, running and waiting.
+    GenerationTick {
+        run: usize,
+        runs: usize,
+        t_ms: f64,
+        finished: usize,
+        running: usize,
+        waiting: usize,
+    },
 }
 
 /// One exact-length bench prompt.
@@ -380,6 +399,13 @@ pub enum JobResult {
     },
     /// The generation (cancelled: the tokens so far, no finish reason).
     Generated(Box<GenerationSummary>),
+    /// Every run of the generating serving test (cancelled: those that ran,
+    /// the last one cut short).
+    ServedGeneration {
+        checkpoint_id: String,
+        precision: String,
+        runs: Vec<GenerationRun>,
+    },
 }
 
 impl JobResult {
@@ -394,6 +420,7 @@ impl JobResult {
             JobResult::Routed { .. } => JobKind::Route,
             JobResult::Served { .. } => JobKind::Serve,
             JobResult::Generated(_) => JobKind::Generate,
+            JobResult::ServedGeneration { .. } => JobKind::ServeGenerate,
         }
     }
 }

@@ -235,7 +235,9 @@ impl Session {
         self.can_start(kind)?;
         self.last_id += 1;
         let id = JobId(self.last_id);
-        let cancel_grace_ms = if kind == JobKind::Serve { SERVE_WARMUP_GRACE_MS } else { CANCEL_GRACE_MS };
+        // A serving test's step may be long (the generating one's prefill-first
+        // iterations prefill whole prompts together): the longer grace.
+        let cancel_grace_ms = if matches!(kind, JobKind::Serve | JobKind::ServeGenerate) { SERVE_WARMUP_GRACE_MS } else { CANCEL_GRACE_MS };
         self.job = Some(RunningJob { id, kind, accepted: false, cancel_asked: false, cancel_grace_ms });
         if kind == JobKind::Load {
             let starting = ModelState::Loading(LoadProgress { stage: LoadStage::Starting, done: 0, total: None });
@@ -397,9 +399,16 @@ mod tests {
         assert_eq!(session.can_start(JobKind::Load), Err(Refusal::WorkerNotRunning));
         assert!(matches!(session.apply(hello()), Applied::Hello { reload: false, .. }));
         assert_eq!(session.can_start(JobKind::Load), Ok(()));
-        for kind in
-            [JobKind::Decide, JobKind::GemmProbe, JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve, JobKind::Generate]
-        {
+        for kind in [
+            JobKind::Decide,
+            JobKind::GemmProbe,
+            JobKind::Bench,
+            JobKind::Prefix,
+            JobKind::Route,
+            JobKind::Serve,
+            JobKind::Generate,
+            JobKind::ServeGenerate,
+        ] {
             assert_eq!(session.can_start(kind), Err(Refusal::NoModel), "{kind:?}");
         }
     }
@@ -451,7 +460,7 @@ mod tests {
             session.start(kind).unwrap();
             assert_eq!(session.request_cancel(), None, "{kind:?} is one call: nothing to cancel");
         }
-        for kind in [JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve, JobKind::Generate] {
+        for kind in [JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve, JobKind::Generate, JobKind::ServeGenerate] {
             let mut session = ready();
             let id = session.start(kind).unwrap();
             session.apply(job(id, JobEvent::Started));

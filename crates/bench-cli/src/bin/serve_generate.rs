@@ -94,14 +94,7 @@ fn main() -> ExitCode {
 }
 
 fn parse_mixing(text: &str) -> Result<Mixing> {
-    match text.trim() {
-        "prefill-first" => Ok(Mixing::PrefillFirst),
-        "decode-first" => Ok(Mixing::DecodeFirst),
-        other => match other.strip_prefix("chunked:").map(str::parse::<usize>) {
-            Some(Ok(token_budget)) if token_budget > 0 => Ok(Mixing::Chunked { token_budget }),
-            _ => Err(usage(format!("--mixing {other}: use prefill-first, decode-first or chunked:N with N ≥ 1"))),
-        },
-    }
+    Mixing::parse(text).map_err(|e| usage(format!("--mixing: {e}")))
 }
 
 fn run(args: Args) -> Result<()> {
@@ -256,14 +249,5 @@ mod tests {
     #[test]
     fn every_flag_is_documented() {
         bench_cli::cli::assert_documented(&super::Args::command());
-    }
-
-    #[test]
-    fn mixing_names_parse_and_bad_ones_are_usage_errors() {
-        use serving::batching::Mixing;
-        assert_eq!(super::parse_mixing("chunked:64").unwrap(), Mixing::Chunked { token_budget: 64 });
-        assert_eq!(super::parse_mixing("prefill-first").unwrap(), Mixing::PrefillFirst);
-        assert!(super::parse_mixing("chunked:0").is_err());
-        assert!(super::parse_mixing("fast").is_err());
     }
 }
