@@ -24,7 +24,6 @@ after MAX_NEW tokens.
     /tmp/refvenv/bin/python scripts/reference/llamacpp_greedy.py \
         assets/gemma-3-270m-q4_k_m.gguf crates/router/tests/fixtures/gemma3_greedy.json
 """
-import ctypes
 import hashlib
 import json
 import os
@@ -34,6 +33,10 @@ import tempfile
 import llama_cpp
 import numpy as np
 from llama_cpp import Llama
+
+# The F32 copy exactly as the hidden-state fixture makes it (this folder is
+# on the path when the script runs).
+from llamacpp_reference import f32_copy
 
 MAX_NEW = 48
 QUESTIONS = [
@@ -47,17 +50,6 @@ def chat(question: str, gemma: bool) -> str:
     if gemma:
         return f"<start_of_turn>user\n{question}<end_of_turn>\n<start_of_turn>model\n"
     return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
-
-
-def f32_copy(model_path: str, directory: str) -> str:
-    out = os.path.join(directory, "f32.gguf")
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_ALL_F32
-    params.allow_requantize = True
-    params.nthread = 2
-    if llama_cpp.llama_model_quantize(model_path.encode(), out.encode(), ctypes.byref(params)) != 0:
-        raise SystemExit(f"llama_model_quantize could not write an F32 copy of {model_path}")
-    return out
 
 
 def greedy(path: str, prompts: list) -> list:

@@ -9,23 +9,13 @@
 use bench::decode_study::{pd_timeline_svg, recorded_output_lengths, tradeoff_lines, tradeoff_svg, GenerationForm, GenerationRun};
 use bench::report::format_ms;
 use leptos::prelude::*;
-use serving::generation::Percentiles;
+use serving::Percentiles;
+use wire::job::GenerationTick;
 use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::worker::{JobProgress as JobProgressLine, Worker};
 use super::{Alert, NeedsModel};
 use crate::browser;
-
-/// Where a running test is.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Tick {
-    run: usize,
-    runs: usize,
-    t_ms: f64,
-    finished: usize,
-    running: usize,
-    waiting: usize,
-}
 
 /// A finished test.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +30,7 @@ struct Served {
 #[derive(Clone, Copy)]
 struct ServeGenerateState {
     form: RwSignal<GenerationForm>,
-    tick: RwSignal<Option<Tick>>,
+    tick: RwSignal<Option<GenerationTick>>,
     served: RwSignal<Option<Served>>,
     /// The run whose timeline is drawn.
     shown: RwSignal<usize>,
@@ -50,9 +40,7 @@ struct ServeGenerateState {
 impl ServeGenerateState {
     fn apply(self, event: JobEvent) {
         match event {
-            JobEvent::Progress(JobProgress::GenerationTick { run, runs, t_ms, finished, running, waiting }) => {
-                self.tick.set(Some(Tick { run, runs, t_ms, finished, running, waiting }))
-            }
+            JobEvent::Progress(JobProgress::GenerationTick(tick)) => self.tick.set(Some(tick)),
             JobEvent::Finished { result: JobResult::ServedGeneration { checkpoint_id, precision, runs }, cancelled } => {
                 self.shown.set(0);
                 self.served.set(Some(Served { checkpoint_id, precision, runs, cancelled }));
@@ -157,8 +145,10 @@ pub fn ServeGenerateCard() -> impl IntoView {
     }
 }
 
-fn percentiles(p: Option<Percentiles>) -> String {
-    p.map_or("–".into(), |p| format!("{} / {} / {}", format_ms(p.p50), format_ms(p.p95), format_ms(p.p99)))
+/// p50 / p95 / p99; "unserved" where the percentile falls on a request never served.
+fn percentiles(p: Percentiles) -> String {
+    let one = |v: Option<f64>| v.map_or("unserved".into(), format_ms);
+    format!("{} / {} / {}", one(p.p50), one(p.p95), one(p.p99))
 }
 
 #[component]

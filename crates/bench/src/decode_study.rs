@@ -23,6 +23,21 @@ pub struct GenerationRun {
 }
 
 impl GenerationRun {
+    /// A finished run of `server`.
+    pub fn from_server<E: serving::generation::StepEngine>(
+        rate_per_s: f64,
+        settings: GenSettings,
+        server: &serving::generation::GenServer<E>,
+    ) -> GenerationRun {
+        GenerationRun {
+            rate_per_s,
+            settings,
+            summary: GenSummary::of(server.records(), &settings),
+            records: server.records().to_vec(),
+            iterations: server.iterations().to_vec(),
+        }
+    }
+
     pub fn label(&self) -> String {
         format!("{} req/s, {}", self.rate_per_s, self.settings.batch.mixing.label())
     }
@@ -220,17 +235,7 @@ pub fn pd_timeline_svg(run: &GenerationRun) -> String {
     let mut out = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h:.0}" role="img" class="pd-timeline" aria-label="Prefill and decode: {label}"><title>Prefill and decode: {label}</title>"#
     );
-    let step = crate::serve::plot_step(end / 1000.0);
-    let mut t = 0.0;
-    while t <= end / 1000.0 + 1e-9 {
-        out.push_str(&format!(
-            r#"<line class="grid" x1="{0:.1}" x2="{0:.1}" y1="24" y2="{1:.1}"/><text class="tick" x="{0:.1}" y="18" text-anchor="middle">{2}s</text>"#,
-            x(t * 1000.0),
-            h - 20.0,
-            t
-        ));
-        t += step;
-    }
+    out.push_str(&crate::serve::plot::time_axis(end, h, x));
     for (i, r) in records.iter().enumerate() {
         let y = 28.0 + bar * i as f64;
         let waited = r.start_ms.unwrap_or(r.end_ms);
@@ -290,8 +295,8 @@ pub fn tradeoff_svg(runs: &[GenerationRun]) -> String {
                 .iter()
                 .filter(|r| r.settings.batch.mixing == mixing)
                 .filter_map(|r| {
-                    let (ttft, itl) = (r.summary.ttft_ms?, r.summary.itl_ms?);
-                    Some((ttft.p95 / 1000.0, itl.p95, Some(format!("{}/s", r.rate_per_s))))
+                    let (ttft, itl) = (r.summary.ttft_ms.p95?, r.summary.itl_ms.p95?);
+                    Some((ttft / 1000.0, itl, Some(format!("{}/s", r.rate_per_s))))
                 })
                 .collect();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -316,7 +321,7 @@ pub fn tradeoff_lines(runs: &[GenerationRun]) -> Vec<String> {
         let best = |f: &dyn Fn(&GenSummary) -> Option<f64>| {
             at.iter().filter_map(|r| f(&r.summary).map(|v| (v, r.settings.batch.mixing.label()))).min_by(|a, b| a.0.total_cmp(&b.0))
         };
-        if let (Some(itl), Some(ttft)) = (best(&|s| s.itl_ms.map(|p| p.p95)), best(&|s| s.ttft_ms.map(|p| p.p95))) {
+        if let (Some(itl), Some(ttft)) = (best(&|s| s.itl_ms.p95), best(&|s| s.ttft_ms.p95)) {
             lines.push(format!(
                 "At {rate} req/s the lowest ITL p95 was {} ({:.0} ms) and the lowest TTFT p95 {} ({:.0} ms).",
                 itl.1, itl.0, ttft.1, ttft.0
@@ -332,9 +337,7 @@ pub fn tradeoff_lines(runs: &[GenerationRun]) -> Vec<String> {
         chunked.sort_by_key(|c| c.0);
         if let (Some(small), Some(large)) = (chunked.first(), chunked.last()) {
             if small.0 != large.0 {
-                let p95 = |r: &GenerationRun, f: fn(&GenSummary) -> Option<serving::generation::Percentiles>| {
-                    f(&r.summary).map_or(f64::NAN, |p| p.p95)
-                };
+                let p95 = |r: &GenerationRun, f: fn(&GenSummary) -> serving::Percentiles| f(&r.summary).p95.unwrap_or(f64::NAN);
                 lines.push(format!(
                     "At {rate} req/s, chunks of {} against {} tokens: ITL p95 {:.0} against {:.0} ms, TTFT p95 {:.0} against {:.0} ms, {:.1} against {:.1} tokens/s{}.",
                     small.0,
@@ -361,7 +364,8 @@ pub fn tradeoff_lines(runs: &[GenerationRun]) -> Vec<String> {
 mod tests {
     use super::*;
     use serving::batching::{BatchSettings, Memory};
-    use serving::generation::{Feed, Percentiles};
+    use serving::generation::Feed;
+    use serving::Percentiles;
 
     fn run(label_rate: f64) -> GenerationRun {
         let settings = GenSettings {
@@ -439,10 +443,10 @@ mod tests {
     #[test]
     fn the_tradeoff_names_the_best_policy_per_rate() {
         let mut a = run(1.0);
-        a.summary.itl_ms = Some(Percentiles { p50: 1.0, p95: 2.0, p99: 3.0 });
+        a.summary.itl_ms = Percentiles { n: 3, p50: Some(1.0), p95: Some(2.0), p99: Some(3.0) };
         let mut b = run(1.0);
         b.settings.batch.mixing = Mixing::Chunked { token_budget: 64 };
-        b.summary.itl_ms = Some(Percentiles { p50: 5.0, p95: 9.0, p99: 12.0 });
+        b.summary.itl_ms = Percentiles { n: 3, p50: Some(5.0), p95: Some(9.0), p99: Some(12.0) };
         b.summary.tokens_per_s = a.summary.tokens_per_s + 10.0;
         let lines = tradeoff_lines(&[a.clone(), b.clone()]);
         assert!(lines[0].contains("lowest ITL p95 was chunked, 8 tokens an iteration (2 ms)"), "{lines:?}");

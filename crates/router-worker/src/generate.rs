@@ -8,8 +8,9 @@ use bench::generation::{formula_bytes_per_token, generation_requests, RouterStep
 use router::generate::BLOCK_TOKENS;
 use router::sampling::SamplingParams;
 use router::Conversation;
-use serving::generation::{GenServer, GenStep, GenSummary};
+use serving::generation::{GenServer, GenStep};
 use wire::desk::{Finished, JobTicket, Outcome};
+use wire::job::GenerationTick;
 use wire::{JobProgress, JobResult};
 
 use crate::{now_ms, Loaded, RouterWorker};
@@ -85,14 +86,14 @@ impl RouterWorker {
             let clock = move || start.elapsed().as_secs_f64() * 1000.0;
             let tick = |server: &GenServer<RouterStepEngine<'_>>| {
                 let (running, waiting) = server.queue();
-                let progress = JobProgress::GenerationTick {
+                let progress = JobProgress::GenerationTick(GenerationTick {
                     run: index,
                     runs: planned.len(),
                     t_ms: clock(),
                     finished: server.records().len(),
                     running,
                     waiting,
-                };
+                });
                 self.progress(ticket, progress);
             };
             let mut last_yield = 0.0;
@@ -119,14 +120,7 @@ impl RouterWorker {
                     GenStep::Done => break,
                 }
             }
-            let summary = GenSummary::of(server.records(), &settings);
-            runs.push(GenerationRun {
-                rate_per_s: rate,
-                settings,
-                summary,
-                records: server.records().to_vec(),
-                iterations: server.iterations().to_vec(),
-            });
+            runs.push(GenerationRun::from_server(rate, settings, &server));
             if cancelled {
                 break;
             }

@@ -380,62 +380,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// A sequence that generates `max_new` tokens after `prompt`, in blocks of 4.
-    #[derive(Debug, Clone)]
-    struct Fake {
-        prompt: usize,
-        max_new: usize,
-        generated: usize,
-        held: usize,
-        preempted: usize,
-    }
-
-    const BLOCK: usize = 4;
-
-    impl Fake {
-        fn new(prompt: usize, max_new: usize) -> Fake {
-            Fake { prompt, max_new, generated: 0, held: 0, preempted: 0 }
-        }
-
-        /// What an engine step does: hold `n` more tokens, and sample one
-        /// when everything is fed.
-        fn feed(&mut self, n: usize) {
-            assert!(n >= 1 && n <= self.pending(), "fed {n} of {} pending", self.pending());
-            self.held += n;
-            if self.held == self.prompt + self.generated {
-                self.generated += 1;
-            }
-        }
-    }
-
-    impl Work for Fake {
-        fn pending(&self) -> usize {
-            if self.finished() {
-                0
-            } else {
-                self.prompt + self.generated - self.held
-            }
-        }
-        fn in_prefill(&self) -> bool {
-            !self.finished() && self.held < self.prompt
-        }
-        fn finished(&self) -> bool {
-            self.generated >= self.max_new
-        }
-        fn blocks_held(&self) -> usize {
-            self.held.div_ceil(BLOCK)
-        }
-        fn blocks_after(&self, tokens: usize) -> usize {
-            (self.held + tokens).div_ceil(BLOCK)
-        }
-        fn blocks_at_most(&self) -> usize {
-            (self.prompt + self.max_new - 1).div_ceil(BLOCK)
-        }
-        fn preempt(&mut self) {
-            self.held = 0;
-            self.preempted += 1;
-        }
-    }
+    use crate::testing::{CountingSeq as Fake, COUNTING_BLOCK as BLOCK};
 
     fn mixing() -> impl Strategy<Value = Mixing> {
         prop_oneof![

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::batching::{BatchSettings, Plan, Scheduler, Work};
+use crate::Percentiles;
 
 /// One request of a generating load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -322,27 +323,6 @@ impl<E: StepEngine> GenServer<E> {
     }
 }
 
-/// Percentiles of a run's figures.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct Percentiles {
-    pub p50: f64,
-    pub p95: f64,
-    pub p99: f64,
-}
-
-impl Percentiles {
-    /// Nearest-rank percentiles; `None` for no samples.
-    pub fn of(samples: &[f64]) -> Option<Percentiles> {
-        if samples.is_empty() {
-            return None;
-        }
-        let mut sorted = samples.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let at = |p: f64| sorted[((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
-        Some(Percentiles { p50: at(50.0), p95: at(95.0), p99: at(99.0) })
-    }
-}
-
 /// A run's figures over the requests after the warm-up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenSummary {
@@ -352,10 +332,13 @@ pub struct GenSummary {
     pub rejected: usize,
     pub failed: usize,
     pub unfinished: usize,
-    pub ttft_ms: Option<Percentiles>,
+    /// Over the measured requests; one never served counts as beyond every value.
+    pub ttft_ms: Percentiles,
     /// Every gap between tokens of the measured requests, pooled.
-    pub itl_ms: Option<Percentiles>,
-    pub completion_ms: Option<Percentiles>,
+    pub itl_ms: Percentiles,
+    /// Arrival to the last token, over the measured requests; one never
+    /// served counts as beyond every value.
+    pub completion_ms: Percentiles,
     /// Tokens out a second over the measurement interval.
     pub tokens_per_s: f64,
     /// Requests a second served within both SLOs (TTFT, and TPOT).
@@ -370,9 +353,9 @@ impl GenSummary {
         let measured: Vec<&GenRecord> = records.iter().filter(|r| !r.warmup).collect();
         let count = |o: GenOutcome| measured.iter().filter(|r| r.outcome == o).count();
         let served: Vec<&&GenRecord> = measured.iter().filter(|r| r.outcome == GenOutcome::Served).collect();
-        let ttft: Vec<f64> = served.iter().filter_map(|r| r.ttft_ms()).collect();
-        let itl: Vec<f64> = served.iter().flat_map(|r| r.gaps_ms.iter().copied()).collect();
-        let completion: Vec<f64> = served.iter().map(|r| r.end_ms - r.arrival_ms).collect();
+        let ttft = measured.iter().map(|r| r.ttft_ms());
+        let itl = served.iter().flat_map(|r| r.gaps_ms.iter().map(|&g| Some(g)));
+        let completion = measured.iter().map(|r| (r.outcome == GenOutcome::Served).then_some(r.end_ms - r.arrival_ms));
         let start = settings.warmup_ms;
         let end = measured.iter().map(|r| r.end_ms).fold(start, f64::max);
         let interval_ms = (end - start).max(1.0);
@@ -388,9 +371,9 @@ impl GenSummary {
             rejected: count(GenOutcome::Rejected),
             failed: count(GenOutcome::Failed),
             unfinished: count(GenOutcome::Unfinished),
-            ttft_ms: Percentiles::of(&ttft),
-            itl_ms: Percentiles::of(&itl),
-            completion_ms: Percentiles::of(&completion),
+            ttft_ms: Percentiles::of(ttft),
+            itl_ms: Percentiles::of(itl),
+            completion_ms: Percentiles::of(completion),
             tokens_per_s: tokens as f64 * 1000.0 / interval_ms,
             goodput_per_s: good as f64 * 1000.0 / interval_ms,
             preemptions: measured.iter().map(|r| r.preemptions).sum(),
@@ -405,41 +388,7 @@ mod tests {
     use crate::batching::{Memory, Mixing};
     use proptest::prelude::*;
 
-    /// A sequence that emits a token whenever all it holds is fed; blocks of 4.
-    struct Counting {
-        prompt: usize,
-        max_new: usize,
-        generated: usize,
-        held: usize,
-    }
-
-    impl Work for Counting {
-        fn pending(&self) -> usize {
-            if self.finished() {
-                0
-            } else {
-                self.prompt + self.generated - self.held
-            }
-        }
-        fn in_prefill(&self) -> bool {
-            !self.finished() && self.held < self.prompt
-        }
-        fn finished(&self) -> bool {
-            self.generated >= self.max_new
-        }
-        fn blocks_held(&self) -> usize {
-            self.held.div_ceil(4)
-        }
-        fn blocks_after(&self, tokens: usize) -> usize {
-            (self.held + tokens).div_ceil(4)
-        }
-        fn blocks_at_most(&self) -> usize {
-            (self.prompt + self.max_new - 1).div_ceil(4)
-        }
-        fn preempt(&mut self) {
-            self.held = 0;
-        }
-    }
+    use crate::testing::CountingSeq as Counting;
 
     /// An engine whose step takes 2 ms plus 0.05 ms a token, on a clock it advances.
     struct CountingEngine {
@@ -450,7 +399,7 @@ mod tests {
     impl StepEngine for CountingEngine {
         type Seq = Counting;
         fn sequence(&mut self, r: &GenRequest) -> Result<Counting, String> {
-            Ok(Counting { prompt: r.prompt_tokens, max_new: r.max_new_tokens, generated: 0, held: 0 })
+            Ok(Counting::new(r.prompt_tokens, r.max_new_tokens))
         }
         fn step(&mut self, batch: &mut [(u64, &mut Counting, usize)]) -> Result<Vec<bool>, String> {
             let tokens: usize = batch.iter().map(|b| b.2).sum();
@@ -458,15 +407,7 @@ mod tests {
             if batch.iter().any(|b| Some(b.1.prompt) == self.fail_prompt) {
                 return Err("a failing prompt".into());
             }
-            Ok(batch
-                .iter_mut()
-                .map(|(_, seq, n)| {
-                    seq.held += *n;
-                    let token = seq.held == seq.prompt + seq.generated;
-                    seq.generated += usize::from(token);
-                    token
-                })
-                .collect())
+            Ok(batch.iter_mut().map(|(_, seq, n)| seq.feed(*n)).collect())
         }
     }
 
@@ -558,7 +499,7 @@ mod tests {
             .collect();
         let p99 = |mixing| {
             let (records, _) = run(settings(mixing, Memory::Recompute, 10_000, 1e9), requests.clone(), None);
-            GenSummary::of(&records, &settings(mixing, Memory::Recompute, 10_000, 1e9)).itl_ms.unwrap().p99
+            GenSummary::of(&records, &settings(mixing, Memory::Recompute, 10_000, 1e9)).itl_ms.p99.unwrap()
         };
         // Prefill-first: a 400-token prefill (22 ms here) sits between two
         // tokens of every running decode; chunked: at most one 64-token

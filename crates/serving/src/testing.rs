@@ -6,6 +6,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use crate::batching::Work;
 use crate::*;
 
 /// Work costs `per_token` ms per prefilled token plus `per_call` ms per
@@ -100,4 +101,65 @@ pub fn drawn_run(offered: f64, arrived: f64, goodput: f64) -> ServeRun {
     summary.goodput_per_s = goodput;
     summary.measured = (arrived * window).round() as usize;
     ServeRun { label: String::new(), settings, records: vec![], queue: vec![], summary }
+}
+
+/// Tokens a block of [`CountingSeq`] holds.
+pub const COUNTING_BLOCK: usize = 4;
+
+/// A generating sequence without a model, for the batching scheduler's
+/// and the generating server's tests: `max_new` tokens after `prompt`,
+/// one chosen whenever every token it holds is fed, K/V in blocks of
+/// [`COUNTING_BLOCK`].
+#[derive(Debug, Clone)]
+pub struct CountingSeq {
+    pub prompt: usize,
+    pub max_new: usize,
+    pub generated: usize,
+    pub held: usize,
+    pub preempted: usize,
+}
+
+impl CountingSeq {
+    pub fn new(prompt: usize, max_new: usize) -> CountingSeq {
+        CountingSeq { prompt, max_new, generated: 0, held: 0, preempted: 0 }
+    }
+
+    /// What an engine step does: hold `n` more tokens, and choose one when
+    /// everything is fed. Returns whether it chose one.
+    pub fn feed(&mut self, n: usize) -> bool {
+        assert!(n >= 1 && n <= self.pending(), "fed {n} of {} pending", self.pending());
+        self.held += n;
+        let chose = self.held == self.prompt + self.generated;
+        self.generated += usize::from(chose);
+        chose
+    }
+}
+
+impl Work for CountingSeq {
+    fn pending(&self) -> usize {
+        if self.finished() {
+            0
+        } else {
+            self.prompt + self.generated - self.held
+        }
+    }
+    fn in_prefill(&self) -> bool {
+        !self.finished() && self.held < self.prompt
+    }
+    fn finished(&self) -> bool {
+        self.generated >= self.max_new
+    }
+    fn blocks_held(&self) -> usize {
+        self.held.div_ceil(COUNTING_BLOCK)
+    }
+    fn blocks_after(&self, tokens: usize) -> usize {
+        (self.held + tokens).div_ceil(COUNTING_BLOCK)
+    }
+    fn blocks_at_most(&self) -> usize {
+        (self.prompt + self.max_new - 1).div_ceil(COUNTING_BLOCK)
+    }
+    fn preempt(&mut self) {
+        self.held = 0;
+        self.preempted += 1;
+    }
 }

@@ -335,17 +335,20 @@ pub enum JobProgress {
         tokens: usize,
         ms: f64,
     },
-    /// The generating serving test's state, at most every 100 ms: which
-    /// run of how many, the milliseconds into it, and its requests
-    /// finished, running and waiting.
-    GenerationTick {
-        run: usize,
-        runs: usize,
-        t_ms: f64,
-        finished: usize,
-        running: usize,
-        waiting: usize,
-    },
+    /// The generating serving test's state, at most every 100 ms.
+    GenerationTick(GenerationTick),
+}
+
+/// Where a generating serving test is: which run of how many, the
+/// milliseconds into it, and its requests finished, running and waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GenerationTick {
+    pub run: usize,
+    pub runs: usize,
+    pub t_ms: f64,
+    pub finished: usize,
+    pub running: usize,
+    pub waiting: usize,
 }
 
 /// One exact-length bench prompt.

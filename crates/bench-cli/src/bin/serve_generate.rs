@@ -24,7 +24,8 @@ use clap::Parser;
 use router::generate::BLOCK_TOKENS;
 use router::sampling::SamplingParams;
 use serving::batching::{BatchSettings, Memory, Mixing};
-use serving::generation::{GenServer, GenSettings, GenStep, GenSummary, Percentiles};
+use serving::generation::{GenServer, GenSettings, GenStep};
+use serving::Percentiles;
 use web_time::Instant;
 
 /// Serves a generating load natively and prints each policy's figures side by side.
@@ -172,14 +173,7 @@ fn run(args: Args) -> Result<()> {
                 }
             }
         }
-        let summary = GenSummary::of(server.records(), &settings);
-        runs.push(GenerationRun {
-            rate_per_s: rate,
-            settings,
-            summary,
-            records: server.records().to_vec(),
-            iterations: server.iterations().to_vec(),
-        });
+        runs.push(GenerationRun::from_server(rate, settings, &server));
     }
     print_table(&runs);
     println!();
@@ -201,7 +195,9 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn print_table(runs: &[GenerationRun]) {
-    let p = |x: &Option<Percentiles>| x.map_or("–".to_string(), |p| format!("{:>6.0} {:>6.0} {:>6.0}", p.p50, p.p95, p.p99));
+    // "–": the percentile falls on a request never served.
+    let one = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.0}"));
+    let p = |x: &Percentiles| format!("{:>6} {:>6} {:>6}", one(x.p50), one(x.p95), one(x.p99));
     println!(
         "\n{:>5}  {:<34} {:>9}  {:>20}  {:>20}  {:>20}  {:>6}  {:>7}  {:>7}  {:>10}",
         "req/s",

@@ -71,7 +71,7 @@ impl ServeStudy {
 }
 
 /// A round step for time ticks over `seconds`.
-pub(crate) fn plot_step(seconds: f64) -> f64 {
+fn plot_step(seconds: f64) -> f64 {
     [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0].into_iter().find(|s| seconds / s <= 10.0).unwrap_or(1200.0)
 }
 

@@ -110,17 +110,7 @@ pub fn timeline_svg(run: &ServeRun) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h:.0}" role="img" class="serve-timeline" aria-label="Timeline: {0}"><title>Timeline: {0}</title>"#,
         escape(&run.label)
     );
-    let step = super::plot_step(end / 1000.0);
-    let mut t = 0.0;
-    while t <= end / 1000.0 + 1e-9 {
-        out.push_str(&format!(
-            r#"<line class="grid" x1="{0:.1}" x2="{0:.1}" y1="24" y2="{1:.1}"/><text class="tick" x="{0:.1}" y="18" text-anchor="middle">{2}s</text>"#,
-            x(t * 1000.0),
-            h - 20.0,
-            t
-        ));
-        t += step;
-    }
+    out.push_str(&time_axis(end, h, x));
     for (i, r) in run.records.iter().enumerate() {
         let y = 28.0 + bar * i as f64;
         let wait_end = r.start_ms.unwrap_or(r.end_ms);
@@ -154,6 +144,24 @@ pub fn timeline_svg(run: &ServeRun) -> String {
         r#"<text class="legend" x="{L}" y="{:.1}">bars: waiting (light) then started → decision (dark); red: timed out, rejected or failed</text></svg>"#,
         h - 4.0
     ));
+    out
+}
+
+/// A timeline's vertical grid and its second ticks along the top, from 0
+/// to `end_ms`, in a figure `h` high whose time maps to `x`.
+pub(crate) fn time_axis(end_ms: f64, h: f64, x: impl Fn(f64) -> f64) -> String {
+    let step = super::plot_step(end_ms / 1000.0);
+    let mut out = String::new();
+    let mut t = 0.0;
+    while t <= end_ms / 1000.0 + 1e-9 {
+        out.push_str(&format!(
+            r#"<line class="grid" x1="{0:.1}" x2="{0:.1}" y1="24" y2="{1:.1}"/><text class="tick" x="{0:.1}" y="18" text-anchor="middle">{2}s</text>"#,
+            x(t * 1000.0),
+            h - 20.0,
+            t
+        ));
+        t += step;
+    }
     out
 }
 
