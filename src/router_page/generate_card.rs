@@ -40,6 +40,7 @@ struct GenerateState {
     refused: RwSignal<Option<ParamError>>,
     streamed: RwSignal<Streamed>,
     generated: RwSignal<Option<Generated>>,
+    alert: Alert,
 }
 
 impl GenerateState {
@@ -50,9 +51,10 @@ impl GenerateState {
                 s.tokens = tokens;
                 s.ms = ms;
             }),
-            JobEvent::Finished { result: JobResult::Generated(summary), cancelled } => {
-                self.generated.set(Some(Generated { summary: *summary, cancelled }))
-            }
+            JobEvent::Finished { result: JobResult::Generated(summary), cancelled } => match summary.decode() {
+                Ok(summary) => self.generated.set(Some(Generated { summary, cancelled })),
+                Err(message) => self.alert.show(message),
+            },
             _ => {}
         }
     }
@@ -68,6 +70,7 @@ pub fn GenerateCard() -> impl IntoView {
         refused: RwSignal::new(None),
         streamed: RwSignal::new(Streamed::default()),
         generated: RwSignal::new(None),
+        alert,
     };
     worker.on_job(JobKind::Generate, move |event| state.apply(event));
     let run = move |_| {

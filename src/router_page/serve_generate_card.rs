@@ -11,7 +11,7 @@ use bench::report::format_ms;
 use leptos::prelude::*;
 use serving::Percentiles;
 use wire::job::GenerationTick;
-use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
+use wire::{Deferred, JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::worker::{JobProgress as JobProgressLine, Worker};
 use super::{Alert, NeedsModel};
@@ -35,16 +35,21 @@ struct ServeGenerateState {
     /// The run whose timeline is drawn.
     shown: RwSignal<usize>,
     fetching: RwSignal<bool>,
+    alert: Alert,
 }
 
 impl ServeGenerateState {
     fn apply(self, event: JobEvent) {
         match event {
             JobEvent::Progress(JobProgress::GenerationTick(tick)) => self.tick.set(Some(tick)),
-            JobEvent::Finished { result: JobResult::ServedGeneration { checkpoint_id, precision, runs }, cancelled } => {
-                self.shown.set(0);
-                self.served.set(Some(Served { checkpoint_id, precision, runs, cancelled }));
-            }
+            JobEvent::Finished { result: JobResult::ServedGeneration { checkpoint_id, precision, runs }, cancelled } => match runs.decode()
+            {
+                Ok(runs) => {
+                    self.shown.set(0);
+                    self.served.set(Some(Served { checkpoint_id, precision, runs, cancelled }));
+                }
+                Err(message) => self.alert.show(message),
+            },
             _ => {}
         }
     }
@@ -60,6 +65,7 @@ pub fn ServeGenerateCard() -> impl IntoView {
         served: RwSignal::new(None),
         shown: RwSignal::new(0),
         fetching: RwSignal::new(false),
+        alert,
     };
     worker.on_job(JobKind::ServeGenerate, move |event| state.apply(event));
     let run = move |_| {
@@ -78,7 +84,7 @@ pub fn ServeGenerateCard() -> impl IntoView {
             state.fetching.set(false);
             match lengths {
                 Ok(output_lengths) => {
-                    if worker.start(JobRequest::ServeGenerate { plan, output_lengths }, None) {
+                    if worker.start(JobRequest::ServeGenerate { plan: Deferred::encode(&plan), output_lengths }, None) {
                         state.tick.set(None);
                         state.served.set(None);
                     }

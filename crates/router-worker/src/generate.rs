@@ -11,7 +11,7 @@ use router::Conversation;
 use serving::generation::{GenServer, GenStep};
 use wire::desk::{Finished, JobTicket, Outcome};
 use wire::job::GenerationTick;
-use wire::{JobProgress, JobResult};
+use wire::{Deferred, JobProgress, JobResult};
 
 use crate::{now_ms, Loaded, RouterWorker};
 
@@ -45,7 +45,7 @@ impl RouterWorker {
             // shows a reader, not the engine's alone.
             gloo_timers::future::TimeoutFuture::new(0).await;
         }
-        Ok(Finished { result: JobResult::Generated(Box::new(generation.summary(router, cancelled))), cancelled })
+        Ok(Finished { result: JobResult::Generated(Deferred::encode(&generation.summary(router, cancelled))), cancelled })
     }
 }
 
@@ -55,7 +55,8 @@ impl RouterWorker {
     /// as `serve-generate` runs it natively. While the engine is idle the
     /// worker awaits a timer (at most 50 ms at a time, so Cancel is read);
     /// while it works it yields at most every 100 ms, posting a tick.
-    pub(crate) async fn serve_generate(&self, ticket: &JobTicket, plan: GenerationPlan, output_lengths: Vec<usize>) -> Outcome {
+    pub(crate) async fn serve_generate(&self, ticket: &JobTicket, plan: Deferred<GenerationPlan>, output_lengths: Vec<usize>) -> Outcome {
+        let plan = plan.decode()?;
         let loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
         let outcome = self.serve_generate_with(ticket, &loaded, plan, output_lengths).await;
         *self.loaded.borrow_mut() = Some(loaded);
@@ -128,7 +129,7 @@ impl RouterWorker {
         let result = JobResult::ServedGeneration {
             checkpoint_id: router.checkpoint_id().to_string(),
             precision: router.backbone.precision.label(&router.weight_type),
-            runs,
+            runs: Deferred::encode(&runs),
         };
         Ok(Finished { result, cancelled })
     }

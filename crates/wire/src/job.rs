@@ -21,7 +21,7 @@ use router::{BuildStage, Conversation, Decision, GemmProbe, Precision};
 use serde::{Deserialize, Serialize};
 use serving::{QueueSample, RunSummary, ServeSettings};
 
-use crate::ModelInfo;
+use crate::{Deferred, ModelInfo};
 
 /// Names one job for its whole life: the page picks it (counting up), the
 /// worker repeats it in every event, and Cancel names it, so an answer to an
@@ -146,7 +146,7 @@ pub enum JobRequest {
     /// Note 06's generating experiment: each run of `plan` in real time on
     /// this worker's engine, requests drawn from the worker's task prompts
     /// with output lengths drawn from `output_lengths`.
-    ServeGenerate { plan: GenerationPlan, output_lengths: Vec<usize> },
+    ServeGenerate { plan: Deferred<GenerationPlan>, output_lengths: Vec<usize> },
 }
 
 impl JobRequest {
@@ -401,13 +401,13 @@ pub enum JobResult {
         study: Box<ServeStudy>,
     },
     /// The generation (cancelled: the tokens so far, no finish reason).
-    Generated(Box<GenerationSummary>),
+    Generated(Deferred<GenerationSummary>),
     /// Every run of the generating serving test (cancelled: those that ran,
     /// the last one cut short).
     ServedGeneration {
         checkpoint_id: String,
         precision: String,
-        runs: Vec<GenerationRun>,
+        runs: Deferred<Vec<GenerationRun>>,
     },
 }
 

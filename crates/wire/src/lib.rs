@@ -10,6 +10,7 @@
 //! carry it. The worker's side of that protocol is [`desk`], the page's is
 //! [`session`]; both are plain data, tested natively.
 
+pub mod deferred;
 pub mod desk;
 pub mod job;
 pub mod session;
@@ -19,6 +20,7 @@ use bench::tasks::Task;
 use router::{FlopModel, LoadTimings};
 use serde::{Deserialize, Serialize};
 
+pub use deferred::Deferred;
 pub use job::{JobEvent, JobId, JobKind, JobProgress, JobRequest, JobResult, LoadProgress, LoadSource, LoadStage, Rejection, TaskPrompt};
 
 /// The property of a posted object holding the JSON text.
