@@ -261,6 +261,19 @@ mod tests {
         assert!(!stage.stage.counts_bytes() && LoadStage::Downloading.counts_bytes());
         let progress = FromWorker::Job { id: JobId(1), event: JobEvent::Progress(JobProgress::Load(stage)) };
         assert_eq!(FromWorker::from_json(&progress.to_json()).unwrap(), progress);
+        // The generating studies' deferred plan and runs, inside the tagged messages.
+        let (plan, _) = bench::decode_study::GenerationForm::default().parse().unwrap();
+        let to =
+            ToWorker::Start { id: JobId(7), job: JobRequest::ServeGenerate { plan: Deferred::encode(&plan), output_lengths: vec![8, 16] } };
+        let back = ToWorker::from_json(&to.to_json()).unwrap();
+        assert_eq!(back, to);
+        let ToWorker::Start { job: JobRequest::ServeGenerate { plan: sent, .. }, .. } = back else { unreachable!() };
+        assert_eq!(sent.decode().unwrap(), plan);
+        let runs: Vec<bench::decode_study::GenerationRun> = Vec::new();
+        let result =
+            JobResult::ServedGeneration { checkpoint_id: "gguf-1".into(), precision: "int8".into(), runs: Deferred::encode(&runs) };
+        let from = FromWorker::Job { id: JobId(7), event: JobEvent::Finished { result, cancelled: false } };
+        assert_eq!(FromWorker::from_json(&from.to_json()).unwrap(), from);
     }
 
     #[test]
