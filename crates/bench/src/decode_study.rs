@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use serving::batching::{BatchSettings, Memory, Mixing};
+use serving::disaggregation::{Cluster, HandOff, Layout, Transfer};
 use serving::generation::{GenOutcome, GenRecord, GenSettings, GenSummary, Iteration};
 
 use crate::svg::{escape, plot_svg, PlotSeries};
@@ -20,6 +21,19 @@ pub struct GenerationRun {
     pub summary: GenSummary,
     pub records: Vec<GenRecord>,
     pub iterations: Vec<Iteration>,
+    /// How many engine instances served it, and how (older runs: one).
+    #[serde(default = "one_instance")]
+    pub layout: Layout,
+    /// P/D separation's hand-offs, one per request decoded on the second instance.
+    #[serde(default)]
+    pub transfers: Vec<Transfer>,
+    /// Each instance's time stepping work, ms (empty for older runs).
+    #[serde(default)]
+    pub busy_ms: Vec<f64>,
+}
+
+fn one_instance() -> Layout {
+    Layout::Colocated { replicas: 1 }
 }
 
 impl GenerationRun {
@@ -35,11 +49,42 @@ impl GenerationRun {
             summary: GenSummary::of(server.records(), &settings),
             records: server.records().to_vec(),
             iterations: server.iterations().to_vec(),
+            layout: one_instance(),
+            transfers: Vec::new(),
+            busy_ms: Vec::new(),
+        }
+    }
+
+    /// A finished run of `cluster`.
+    pub fn from_cluster<E: HandOff>(rate_per_s: f64, cluster: &Cluster<E>) -> GenerationRun {
+        let settings = cluster.gen_settings();
+        let records = cluster.records();
+        GenerationRun {
+            rate_per_s,
+            settings,
+            summary: GenSummary::of(&records, &settings),
+            records,
+            iterations: cluster.iterations(),
+            layout: cluster.settings().layout,
+            transfers: cluster.transfers().to_vec(),
+            busy_ms: cluster.busy_ms(),
+        }
+    }
+
+    /// The policy without the rate: its mixing, and its layout when it has
+    /// more than one instance.
+    pub fn policy(&self) -> String {
+        match self.layout {
+            Layout::Colocated { replicas: 1 } => self.settings.batch.mixing.label(),
+            layout => format!("{}, {}", self.settings.batch.mixing.label(), layout.label()),
         }
     }
 
     pub fn label(&self) -> String {
-        format!("{} req/s, {}", self.rate_per_s, self.settings.batch.mixing.label())
+        match self.layout {
+            Layout::Colocated { replicas: 1 } => format!("{} req/s, {}", self.rate_per_s, self.settings.batch.mixing.label()),
+            layout => format!("{} req/s, {}, {}", self.rate_per_s, self.settings.batch.mixing.label(), layout.label()),
+        }
     }
 }
 
@@ -240,7 +285,7 @@ pub fn pd_timeline_svg(run: &GenerationRun) -> String {
         let y = 28.0 + bar * i as f64;
         let waited = r.start_ms.unwrap_or(r.end_ms);
         let outcome = match r.outcome {
-            GenOutcome::Served => "served",
+            GenOutcome::Served | GenOutcome::HandedOff => "served",
             GenOutcome::TimedOut | GenOutcome::Unfinished => "late",
             GenOutcome::Rejected | GenOutcome::Failed => "dropped",
         };
@@ -278,29 +323,29 @@ pub fn pd_timeline_svg(run: &GenerationRun) -> String {
 }
 
 /// Inter-token latency p95 against TTFT p95, a point per run labelled by
-/// its rate, a line per mixing policy (chunked runs of one token budget
-/// are one policy).
+/// its rate, a line per policy (a mixing on a layout; chunked runs of one
+/// token budget are one policy).
 pub fn tradeoff_svg(runs: &[GenerationRun]) -> String {
-    let mut policies: Vec<Mixing> = Vec::new();
+    let mut policies: Vec<String> = Vec::new();
     for run in runs {
-        if !policies.contains(&run.settings.batch.mixing) {
-            policies.push(run.settings.batch.mixing);
+        if !policies.contains(&run.policy()) {
+            policies.push(run.policy());
         }
     }
     let series: Vec<PlotSeries> = policies
         .iter()
         .enumerate()
-        .map(|(i, &mixing)| {
+        .map(|(i, policy)| {
             let mut points: Vec<(f64, f64, Option<String>)> = runs
                 .iter()
-                .filter(|r| r.settings.batch.mixing == mixing)
+                .filter(|r| &r.policy() == policy)
                 .filter_map(|r| {
                     let (ttft, itl) = (r.summary.ttft_ms.p95?, r.summary.itl_ms.p95?);
                     Some((ttft / 1000.0, itl, Some(format!("{}/s", r.rate_per_s))))
                 })
                 .collect();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            PlotSeries { label: mixing.label(), class: format!("q{}", i % 6), points, line: true }
+            PlotSeries { label: policy.clone(), class: format!("q{}", i % 6), points, line: true }
         })
         .collect();
     plot_svg("Inter-token latency against time to first token", "TTFT p95 (s)", "ITL p95 (ms)", &series)
@@ -319,7 +364,7 @@ pub fn tradeoff_lines(runs: &[GenerationRun]) -> Vec<String> {
     for rate in rates {
         let at: Vec<&GenerationRun> = runs.iter().filter(|r| r.rate_per_s == rate).collect();
         let best = |f: &dyn Fn(&GenSummary) -> Option<f64>| {
-            at.iter().filter_map(|r| f(&r.summary).map(|v| (v, r.settings.batch.mixing.label()))).min_by(|a, b| a.0.total_cmp(&b.0))
+            at.iter().filter_map(|r| f(&r.summary).map(|v| (v, r.policy()))).min_by(|a, b| a.0.total_cmp(&b.0))
         };
         if let (Some(itl), Some(ttft)) = (best(&|s| s.itl_ms.p95), best(&|s| s.ttft_ms.p95)) {
             lines.push(format!(
@@ -327,8 +372,10 @@ pub fn tradeoff_lines(runs: &[GenerationRun]) -> Vec<String> {
                 itl.1, itl.0, ttft.1, ttft.0
             ));
         }
+        // Chunk budgets compared on one instance (the note's setting).
         let mut chunked: Vec<(usize, &GenerationRun)> = at
             .iter()
+            .filter(|r| r.layout == one_instance())
             .filter_map(|r| match r.settings.batch.mixing {
                 Mixing::Chunked { token_budget } => Some((token_budget, *r)),
                 _ => None,
@@ -355,6 +402,64 @@ pub fn tradeoff_lines(runs: &[GenerationRun]) -> Vec<String> {
                     }
                 ));
             }
+        }
+    }
+    lines
+}
+
+/// P/D separation against colocated serving in words, from the numbers:
+/// for each rate and mixing run disaggregated, its TTFT and ITL p95 beside
+/// two colocated replicas' (equal hardware) and one instance's, and what
+/// its hand-offs moved and took.
+pub fn separation_lines(runs: &[GenerationRun]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for pd in runs.iter().filter(|r| r.layout == Layout::Disaggregated) {
+        let same = |layout: Layout| {
+            runs.iter().find(|r| r.layout == layout && r.rate_per_s == pd.rate_per_s && r.settings.batch.mixing == pd.settings.batch.mixing)
+        };
+        let p95 = |r: &GenerationRun| {
+            let one = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.0}"));
+            format!(
+                "TTFT p95 {} ms, ITL p95 {} ms, {:.1} tokens/s",
+                one(r.summary.ttft_ms.p95),
+                one(r.summary.itl_ms.p95),
+                r.summary.tokens_per_s
+            )
+        };
+        let mut line = format!("At {} req/s, {}: P/D {}", pd.rate_per_s, pd.settings.batch.mixing.label(), p95(pd));
+        // How busy each instance was over the run: the ratio of prefill to
+        // decode instances fits the load only if neither idles while the other queues.
+        let span = pd.iterations.iter().map(|it| it.end_ms).fold(1.0, f64::max);
+        if let [prefill, decode] = pd.busy_ms[..] {
+            line.push_str(&format!(
+                " (prefill instance busy {:.0} %, decode instance {:.0} %)",
+                100.0 * prefill / span,
+                100.0 * decode / span
+            ));
+        }
+        if let Some(two) = same(Layout::Colocated { replicas: 2 }) {
+            line.push_str(&format!("; two colocated replicas {}", p95(two)));
+        }
+        if let Some(one) = same(one_instance()) {
+            line.push_str(&format!("; one instance {}", p95(one)));
+        }
+        line.push('.');
+        lines.push(line);
+        if !pd.transfers.is_empty() {
+            let bytes: Vec<f64> = pd.transfers.iter().map(|t| t.bytes as f64).collect();
+            let copy = serving::Percentiles::of(pd.transfers.iter().map(|t| Some(t.copy_ms)));
+            let in_flight = serving::Percentiles::of(pd.transfers.iter().map(|t| Some(t.arrived_ms - t.sent_ms)));
+            let one = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
+            lines.push(format!(
+                "  {} hand-offs moved {:.1} MB of K/V ({:.2} MB each on average); the copy out and in took p50 {} ms, p95 {} ms; sent to admissible p50 {} ms, p95 {} ms.",
+                pd.transfers.len(),
+                bytes.iter().sum::<f64>() / 1e6,
+                bytes.iter().sum::<f64>() / 1e6 / bytes.len() as f64,
+                one(copy.p50),
+                one(copy.p95),
+                one(in_flight.p50),
+                one(in_flight.p95),
+            ));
         }
     }
     lines
@@ -398,12 +503,21 @@ mod tests {
         };
         let feed = |prefill| vec![Feed { id: 0, tokens: if prefill { 5 } else { 1 }, prefill }];
         let iterations = vec![
-            Iteration { start_ms: 1.0, end_ms: 3.0, feeds: feed(true), blocks_in_use: 2 },
-            Iteration { start_ms: 3.0, end_ms: 4.0, feeds: feed(false), blocks_in_use: 2 },
-            Iteration { start_ms: 4.0, end_ms: 5.0, feeds: feed(false), blocks_in_use: 2 },
+            Iteration { instance: 0, start_ms: 1.0, end_ms: 3.0, feeds: feed(true), blocks_in_use: 2 },
+            Iteration { instance: 0, start_ms: 3.0, end_ms: 4.0, feeds: feed(false), blocks_in_use: 2 },
+            Iteration { instance: 0, start_ms: 4.0, end_ms: 5.0, feeds: feed(false), blocks_in_use: 2 },
         ];
         let summary = GenSummary::of(std::slice::from_ref(&record), &settings);
-        GenerationRun { rate_per_s: label_rate, settings, summary, records: vec![record], iterations }
+        GenerationRun {
+            rate_per_s: label_rate,
+            settings,
+            summary,
+            records: vec![record],
+            iterations,
+            layout: one_instance(),
+            transfers: Vec::new(),
+            busy_ms: Vec::new(),
+        }
     }
 
     /// Both figures are well-formed XML of plot elements only (their

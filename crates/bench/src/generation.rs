@@ -133,6 +133,7 @@ impl Work for Generating {
 /// The router's engine for the generating server: each request's prompt
 /// (token ids, in the checkpoint's chat layout) decoded to exactly its
 /// drawn output length (`ignore_eos`), sampled from a seed of its own.
+#[derive(Clone)]
 pub struct RouterStepEngine<'a> {
     pub router: &'a Router,
     /// Token ids of each prompt of the set.
@@ -175,6 +176,26 @@ impl serving::generation::StepEngine for RouterStepEngine<'_> {
         let mut feeds: Vec<(&mut Sequence, usize)> = batch.iter_mut().map(|(_, seq, n)| (&mut seq.0, *n)).collect();
         let report = step(&self.router.backbone, &self.router.tokenizer, &mut feeds).map_err(|e| e.to_string())?;
         Ok(report.emitted.iter().map(Option::is_some).collect())
+    }
+}
+
+/// P/D separation on this engine: the K/V crosses as the bytes
+/// [`router::handoff`] writes (the calculator's payload for the prompt).
+impl serving::disaggregation::HandOff for RouterStepEngine<'_> {
+    type Parcel = router::handoff::KvParcel;
+
+    fn hand_off(&mut self, sequence: Generating) -> Result<(Generating, Self::Parcel), String> {
+        router::handoff::hand_off(&self.router.backbone, sequence.0)
+            .map(|(shell, parcel)| (Generating(shell), parcel))
+            .map_err(|e| e.to_string())
+    }
+
+    fn parcel_bytes(parcel: &Self::Parcel) -> u64 {
+        parcel.bytes.len() as u64
+    }
+
+    fn receive(&mut self, sequence: Generating, parcel: Self::Parcel) -> Result<Generating, String> {
+        router::handoff::receive(&self.router.backbone, sequence.0, &parcel).map(Generating).map_err(|e| e.to_string())
     }
 }
 

@@ -280,6 +280,16 @@ impl Sequence {
         &self.own
     }
 
+    /// Tokens it holds in a shared prefix (not its own pages).
+    pub fn shared_tokens(&self) -> usize {
+        self.shared.tokens()
+    }
+
+    /// Its own pages, replaced whole (a hand-off arriving).
+    pub(crate) fn set_own_kv(&mut self, kv: PagedKv) {
+        self.own = kv;
+    }
+
     /// Times its K/V was dropped to be recomputed.
     pub fn preemptions(&self) -> usize {
         self.preemptions

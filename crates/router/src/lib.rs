@@ -26,6 +26,8 @@ pub mod generate;
 #[cfg(feature = "engine")]
 pub mod gguf;
 #[cfg(feature = "engine")]
+pub mod handoff;
+#[cfg(feature = "engine")]
 pub mod head;
 #[cfg(feature = "engine")]
 pub mod integer;

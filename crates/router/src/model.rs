@@ -645,6 +645,13 @@ impl Backbone {
         self.positions
     }
 
+    /// Per layer, the keys a query may see when the layer has a sliding
+    /// window (`None`: every earlier key): what a sequence handed to
+    /// another instance must carry of each layer.
+    pub fn layer_windows(&self) -> Vec<Option<usize>> {
+        self.layers.iter().map(|layer| layer.kind.window).collect()
+    }
+
     /// Logits `[m × vocab]` of final hidden states `hidden` (`[m × width]`),
     /// in this precision's arithmetic (see [`crate::lm_head`]).
     pub fn logits(&self, hidden: &[f32], m: usize) -> Result<Vec<f32>> {

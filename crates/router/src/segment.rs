@@ -332,6 +332,26 @@ impl PagedKv {
         })
     }
 
+    /// Layer `layer`'s key and value rows of K/V head `head` at token
+    /// `index` (the value without its padding), as a hand-off reads them.
+    pub(crate) fn rows(&self, layer: usize, head: usize, index: usize) -> (&[f32], &[f32]) {
+        let (block, row) = self.slot(index);
+        let (d, width) = (self.layout.head_dim, self.layout.value_width());
+        let segment = &self.blocks[block];
+        let at = head * self.block_tokens + row;
+        (&segment.keys[layer][at * d..][..d], &segment.values[layer][at * width..][..d])
+    }
+
+    /// The same rows, to write (a hand-off arriving).
+    pub(crate) fn rows_mut(&mut self, layer: usize, head: usize, index: usize) -> (&mut [f32], &mut [f32]) {
+        let (block, row) = self.slot(index);
+        let (d, width) = (self.layout.head_dim, self.layout.value_width());
+        let block_tokens = self.block_tokens;
+        let segment = &mut self.blocks[block];
+        let at = head * block_tokens + row;
+        (&mut segment.keys[layer][at * d..][..d], &mut segment.values[layer][at * width..][..d])
+    }
+
     /// The final hidden state of token `index`.
     pub fn hidden_row(&self, index: usize) -> &[f32] {
         let (block, row) = self.slot(index);

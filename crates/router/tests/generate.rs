@@ -224,3 +224,66 @@ fn bad_parameters_are_refused_by_field() {
     assert_eq!(err(greedy(8), vec![1; context]).field.name(), "prompt");
     assert_eq!(err(greedy(8), vec![1; context - 4]).field.name(), "max_new_tokens");
 }
+
+/// P/D separation's hand-off: a sequence prefilled on one instance, its
+/// K/V taken out as bytes after its first token and written into the
+/// pages of a second instance (another load of the same file), decodes
+/// the same greedy tokens as a sequence that stayed. The bytes are the
+/// calculator's payload for the prompt: `Σ_layers 2 × H_kv × d_head × 4 ×
+/// retained(T)`, so past Gemma 3's 512-token window its 15 sliding layers
+/// send 512 tokens each and its 3 global layers all of them.
+#[test]
+fn a_handed_off_sequence_decodes_as_if_it_had_stayed() {
+    use router::handoff::{hand_off, receive};
+    let long = (0..90).map(|i| format!("step {i} routes to model {}", i % 8)).collect::<Vec<_>>().join("; ");
+    let cases = [
+        (
+            common::smollm2(),
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n".to_string(),
+        ),
+        (common::gemma3(), common::GEMMA3_FILE, format!("<start_of_turn>user\n{long}<end_of_turn>\n<start_of_turn>model\n")),
+    ];
+    for (bytes, file, text) in &cases {
+        for precision in [Precision::IntegerQ8, Precision::DequantizedF32] {
+            let prefill = load(bytes, file, precision);
+            let decode = load(bytes, file, precision);
+            let prompt = prefill.tokenizer.encode(text).unwrap();
+            let stayed = generate(&prefill.backbone, &prefill.tokenizer, prompt.clone(), greedy(16), |_| true).unwrap().0;
+
+            let mut seq = Sequence::new(&prefill.backbone, prompt.clone(), KvState::default(), greedy(16)).unwrap();
+            let n = seq.pending();
+            step(&prefill.backbone, &prefill.tokenizer, &mut [(&mut seq, n)]).unwrap();
+            assert_eq!(seq.generated().len(), 1);
+            let (shell, parcel) = hand_off(&prefill.backbone, seq).unwrap();
+            assert_eq!(shell.held(), 0, "the sender's pages are freed");
+            let h = &prefill.backbone.hparams;
+            let t = prompt.len();
+            let per_token_layer = 2 * h.kv_heads * h.head_dim * 4;
+            let expected = match h.sliding_window {
+                // Gemma 3: every sixth layer global, the rest a window.
+                Some(window) => (h.layers / 6 * t + (h.layers - h.layers / 6) * t.min(window)) * per_token_layer,
+                None => h.layers * t * per_token_layer,
+            };
+            assert_eq!(parcel.held, t);
+            assert_eq!(parcel.bytes.len(), expected, "{file}: the bytes moved are the calculator's payload for {t} tokens");
+            if h.sliding_window.is_some() {
+                assert!(t > 600, "the prompt ({t} tokens) passes the window");
+            }
+
+            let mut moved = receive(&decode.backbone, shell, &parcel).unwrap();
+            assert_eq!(moved.held(), t);
+            while moved.pending() > 0 {
+                step(&decode.backbone, &decode.tokenizer, &mut [(&mut moved, 1)]).unwrap();
+            }
+            assert_eq!(moved.generated(), stayed.generated(), "{file} {precision:?}: decoded after the hand-off");
+            assert_eq!(moved.text(), stayed.text());
+
+            // A parcel cut short is refused with both lengths, not read past.
+            let (shell, mut short) = hand_off(&decode.backbone, moved).unwrap();
+            short.bytes.truncate(short.bytes.len() - 4);
+            let err = receive(&decode.backbone, shell, &short).unwrap_err().to_string();
+            assert!(err.contains("bytes for"), "{err}");
+        }
+    }
+}

@@ -65,6 +65,9 @@ pub enum GenOutcome {
     Failed,
     /// Still waiting or running when the drain ended.
     Unfinished,
+    /// Its first token made, it left this instance for a decode instance
+    /// (P/D separation; [`crate::disaggregation`] joins its two records).
+    HandedOff,
 }
 
 /// One request's life.
@@ -111,6 +114,9 @@ pub struct Feed {
 /// One engine iteration, for the note's figure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Iteration {
+    /// The engine instance that ran it (0 unless several serve one load).
+    #[serde(default)]
+    pub instance: usize,
     pub start_ms: f64,
     pub end_ms: f64,
     pub feeds: Vec<Feed>,
@@ -147,6 +153,13 @@ pub struct GenServer<E: StepEngine> {
     iterations: Vec<Iteration>,
     end_of_arrivals_ms: f64,
     done: bool,
+    /// More requests may [`GenServer::arrive`] until [`GenServer::close`].
+    open: bool,
+    /// Sequences that arrived made (a hand-off), by request id.
+    arrived: HashMap<u64, E::Seq>,
+    /// Whether a sequence leaves after its first token ([`GenServer::handing_off`]).
+    hands_off: bool,
+    handed_off: Vec<(GenRequest, E::Seq, f64)>,
 }
 
 impl<E: StepEngine> GenServer<E> {
@@ -163,7 +176,42 @@ impl<E: StepEngine> GenServer<E> {
             iterations: Vec::new(),
             end_of_arrivals_ms,
             done: false,
+            open: false,
+            arrived: HashMap::new(),
+            hands_off: false,
+            handed_off: Vec::new(),
         }
+    }
+
+    /// A server whose requests come later, through [`GenServer::arrive`],
+    /// until [`GenServer::close`]: a decode instance, fed by hand-offs.
+    pub fn open(settings: GenSettings, end_of_arrivals_ms: f64) -> GenServer<E> {
+        GenServer { open: true, ..GenServer::new(settings, Vec::new(), end_of_arrivals_ms) }
+    }
+
+    /// A prefill instance: each sequence leaves after its first token
+    /// (unless that token ends it), to be taken with
+    /// [`GenServer::take_handed_off`].
+    pub fn handing_off(self) -> GenServer<E> {
+        GenServer { hands_off: true, ..self }
+    }
+
+    /// A request arriving with its sequence already made (its K/V received).
+    pub fn arrive(&mut self, request: GenRequest, sequence: E::Seq) {
+        let later = self.requests[self.next..].partition_point(|r| r.arrival_ms <= request.arrival_ms);
+        self.arrived.insert(request.id, sequence);
+        self.requests.insert(self.next + later, request);
+    }
+
+    /// No more arrivals: once idle, the server is done.
+    pub fn close(&mut self) {
+        self.open = false;
+    }
+
+    /// The sequences handed off since the last call, with their requests
+    /// and the time each left.
+    pub fn take_handed_off(&mut self) -> Vec<(GenRequest, E::Seq, f64)> {
+        std::mem::take(&mut self.handed_off)
     }
 
     pub fn records(&self) -> &[GenRecord] {
@@ -231,7 +279,11 @@ impl<E: StepEngine> GenServer<E> {
         let now = clock();
         while let Some(request) = self.requests.get(self.next).filter(|r| r.arrival_ms <= now).cloned() {
             self.next += 1;
-            match engine.sequence(&request) {
+            let made = match self.arrived.remove(&request.id) {
+                Some(sequence) => Ok(sequence),
+                None => engine.sequence(&request),
+            };
+            match made {
                 Ok(seq) => {
                     self.live.insert(request.id, Live::default());
                     self.scheduler.submit(request.id, seq);
@@ -267,6 +319,7 @@ impl<E: StepEngine> GenServer<E> {
         if plan.is_empty() {
             return match self.requests.get(self.next) {
                 Some(next) => GenStep::IdleUntil(next.arrival_ms.min(self.end_of_arrivals_ms + self.settings.drain_ms)),
+                None if self.scheduler.is_idle() && self.open => GenStep::IdleUntil(f64::INFINITY),
                 None if self.scheduler.is_idle() => {
                     self.done = true;
                     GenStep::Done
@@ -301,6 +354,20 @@ impl<E: StepEngine> GenServer<E> {
                 for (id, _) in self.scheduler.retire() {
                     self.record(id, end, GenOutcome::Served);
                 }
+                if self.hands_off {
+                    let first_tokens: Vec<u64> = feeds
+                        .iter()
+                        .zip(&produced)
+                        .filter(|(feed, &token)| token && self.live.get(&feed.id).is_some_and(|l| l.tokens_out == 1))
+                        .map(|(feed, _)| feed.id)
+                        .collect();
+                    for id in first_tokens {
+                        if let Some(sequence) = self.scheduler.withdraw(id) {
+                            self.handed_off.push((self.request(id).clone(), sequence, end));
+                            self.record(id, end, GenOutcome::HandedOff);
+                        }
+                    }
+                }
             }
             Err(_) => {
                 // A failed step fails every request it fed.
@@ -310,7 +377,13 @@ impl<E: StepEngine> GenServer<E> {
                 }
             }
         }
-        self.iterations.push(Iteration { start_ms: started, end_ms: end, feeds, blocks_in_use: self.scheduler.blocks_in_use() });
+        self.iterations.push(Iteration {
+            instance: 0,
+            start_ms: started,
+            end_ms: end,
+            feeds,
+            blocks_in_use: self.scheduler.blocks_in_use(),
+        });
         GenStep::Worked
     }
 
@@ -476,6 +549,8 @@ mod tests {
                     // A failed step fails every request it fed.
                     GenOutcome::Failed => prop_assert!(fail.is_some()),
                     GenOutcome::Unfinished => {}
+                    // This server does not hand off.
+                    GenOutcome::HandedOff => prop_assert!(false, "a hand-off from a server that keeps its sequences"),
                 }
             }
             for pair in iterations.windows(2) {

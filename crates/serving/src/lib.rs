@@ -19,6 +19,7 @@
 //! run's start; nothing is simulated but the clients' arrival times.
 
 pub mod batching;
+pub mod disaggregation;
 pub mod generation;
 mod record;
 mod server;

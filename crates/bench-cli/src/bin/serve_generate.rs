@@ -5,26 +5,34 @@
 //! batching scheduler plans: continuous batching under a K/V budget in
 //! bytes, and the ways of mixing prefills into decodes side by side
 //! (prefill-first, decode-first, chunked at each token budget), at each
-//! arrival rate, in one process.
+//! arrival rate, in one process; and, with `--layouts`, the same load on
+//! two instances, colocated replicas or P/D separation (one prefills, the
+//! other decodes, the K/V crossing as bytes).
+//!
+//! Every run steps [`serving::disaggregation::Cluster`]: each instance has
+//! a clock of its own that advances by the time its steps took (measured),
+//! so two instances on this one machine stand for two machines, and idle
+//! time is skipped rather than slept.
 //!
 //! ```text
 //! serve-generate --precision int8 --rates 1,2 --mixing prefill-first,decode-first,chunked:32,chunked:128
+//! serve-generate --precision int8 --rates 2 --mixing prefill-first,chunked:128 --layouts single,replicas:2,pd
 //! ```
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use bench::decode_study::{pd_timeline_svg, recorded_output_lengths, tradeoff_lines, tradeoff_svg, GenerationRun};
-use bench::generation::{formula_bytes_per_token, generation_requests, RouterStepEngine};
+use bench::decode_study::{pd_timeline_svg, recorded_output_lengths, separation_lines, tradeoff_lines, tradeoff_svg, GenerationRun};
+use bench::generation::{formula_bytes_per_token, generation_requests, kv_shape, payload_kv_bytes, RouterStepEngine};
 use bench_cli::cli::{usage, Progress};
 use bench_cli::{prompt_texts, read, Loaded, RouterFlags, DEFAULT_PROMPTS};
 use clap::Parser;
 use router::generate::BLOCK_TOKENS;
 use router::sampling::SamplingParams;
 use serving::batching::{BatchSettings, Memory, Mixing};
-use serving::generation::{GenServer, GenSettings, GenStep};
+use serving::disaggregation::{Cluster, ClusterSettings, ClusterStep, Layout};
+use serving::generation::GenSettings;
 use serving::Percentiles;
 use web_time::Instant;
 
@@ -38,6 +46,12 @@ struct Args {
     /// How prefills mix with decodes: prefill-first, decode-first or chunked:N (tokens an iteration); comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "prefill-first,decode-first,chunked:64")]
     mixing: Vec<String>,
+    /// Engine instances and their roles: single, replicas:N (colocated, round-robin) or pd (one prefills, one decodes); comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "single")]
+    layouts: Vec<String>,
+    /// A link between P/D instances, Gbit/s: its time for each hand-off's bytes is added to the measured copy (default: the copy alone).
+    #[arg(long)]
+    link_gbit: Option<f64>,
     /// What happens when K/V memory runs out: recompute (preempt the newest) or reserve (admit only what can finish).
     #[arg(long, default_value = "recompute")]
     memory: String,
@@ -100,6 +114,11 @@ fn parse_mixing(text: &str) -> Result<Mixing> {
 
 fn run(args: Args) -> Result<()> {
     let mixings = args.mixing.iter().map(|m| parse_mixing(m)).collect::<Result<Vec<_>>>()?;
+    let layouts =
+        args.layouts.iter().map(|l| Layout::parse(l).map_err(|e| usage(format!("--layouts: {e}")))).collect::<Result<Vec<_>>>()?;
+    if let Some(bad) = args.link_gbit.filter(|g| !(g.is_finite() && *g > 0.0)) {
+        return Err(usage(format!("--link-gbit: {bad} is not a positive rate")));
+    }
     let memory = match args.memory.as_str() {
         "recompute" => Memory::Recompute,
         "reserve" => Memory::Reserve,
@@ -122,7 +141,7 @@ fn run(args: Args) -> Result<()> {
     let engine_per_token = router.backbone.kv_layout().kv_bytes_per_token();
     let block_bytes = per_token * BLOCK_TOKENS as u64;
     let budget_blocks = ((args.kv_budget_mib * 1024.0 * 1024.0) as u64 / block_bytes) as usize;
-    let mut engine = RouterStepEngine::new(
+    let engine = RouterStepEngine::new(
         &router,
         &texts,
         args.max_prompt_tokens,
@@ -144,11 +163,16 @@ fn run(args: Args) -> Result<()> {
         memory.label(),
         args.max_running,
     );
-    let plan: Vec<(f64, Mixing)> = args.rates.iter().flat_map(|&rate| mixings.iter().map(move |&m| (rate, m))).collect();
+    let mut plan: Vec<(f64, Mixing, Layout)> = Vec::new();
+    for &rate in &args.rates {
+        for &mixing in &mixings {
+            plan.extend(layouts.iter().map(|&layout| (rate, mixing, layout)));
+        }
+    }
     let mut progress = Progress::new("serve-generate", plan.iter().map(|_| args.duration + args.drain / 4.0).collect(), args.quiet);
     let mut runs = Vec::new();
-    for &(rate, mixing) in &plan {
-        progress.step(&format!("{rate} req/s, {}", mixing.label()));
+    for &(rate, mixing, layout) in &plan {
+        progress.step(&format!("{rate} req/s, {}, {}", mixing.label(), layout.label()));
         let settings = GenSettings {
             batch: BatchSettings { budget_blocks, max_running: args.max_running, mixing, memory },
             timeout_ms: args.timeout * 1000.0,
@@ -158,27 +182,36 @@ fn run(args: Args) -> Result<()> {
             tpot_slo_ms: args.tpot_slo_ms,
         };
         let requests = generation_requests(rate, args.duration, args.seed, &prompt_tokens, &lengths);
-        let mut server = GenServer::new(settings, requests, args.duration * 1000.0);
+        // Every instance holds the same weights: one loaded router serves them all.
+        let engines = (0..layout.instances()).map(|_| engine.clone()).collect();
+        let cluster_settings = ClusterSettings { layout, link_gbit_per_s: args.link_gbit };
+        let mut cluster =
+            Cluster::new(cluster_settings, settings, requests, args.duration * 1000.0, engines).map_err(|e| anyhow::anyhow!(e))?;
         let started = Instant::now();
-        let mut clock = || started.elapsed().as_secs_f64() * 1000.0;
-        loop {
-            match server.step(&mut engine, &mut clock) {
-                GenStep::Done => break,
-                GenStep::Worked => {}
-                GenStep::IdleUntil(t) => {
-                    let wait = t - clock();
-                    if wait > 0.0 {
-                        std::thread::sleep(Duration::from_secs_f64(wait / 1000.0));
-                    }
-                }
-            }
-        }
-        runs.push(GenerationRun::from_server(rate, settings, &server));
+        let mut stopwatch = || started.elapsed().as_secs_f64() * 1000.0;
+        while cluster.step(&mut stopwatch) != ClusterStep::Done {}
+        runs.push(GenerationRun::from_cluster(rate, &cluster));
     }
     print_table(&runs);
     println!();
     for line in tradeoff_lines(&runs) {
         println!("{line}");
+    }
+    let transfers: Vec<_> = runs.iter().flat_map(|r| r.transfers.iter()).collect();
+    if !transfers.is_empty() {
+        println!();
+        for line in separation_lines(&runs) {
+            println!("{line}");
+        }
+        // The bytes on the wire against the calculator's payload for each prompt.
+        let shape = kv_shape(h);
+        let off = transfers.iter().filter(|t| t.bytes != payload_kv_bytes(&shape, t.held_tokens)).count();
+        println!(
+            "Bytes moved against the kv calculator's payload for each prompt (Σ layers 2 × H_kv × d_head × 4 × retained(T)): {} of {} hand-offs equal{}.",
+            transfers.len() - off,
+            transfers.len(),
+            if args.link_gbit.is_none() { "; transfer time is the measured copy out of one instance's pages and into the other's (no link modelled)" } else { "" }
+        );
     }
     if let Some(out) = &args.out {
         std::fs::write(out, serde_json::to_string(&runs)?).with_context(|| format!("--out {}", out.display()))?;
@@ -199,7 +232,7 @@ fn print_table(runs: &[GenerationRun]) {
     let one = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.0}"));
     let p = |x: &Percentiles| format!("{:>6} {:>6} {:>6}", one(x.p50), one(x.p95), one(x.p99));
     println!(
-        "\n{:>5}  {:<34} {:>9}  {:>20}  {:>20}  {:>20}  {:>6}  {:>7}  {:>7}  {:>10}",
+        "\n{:>5}  {:<60} {:>9}  {:>20}  {:>20}  {:>20}  {:>6}  {:>7}  {:>7}  {:>10}",
         "req/s",
         "mixing",
         "served",
@@ -217,9 +250,9 @@ fn print_table(runs: &[GenerationRun]) {
         let mean_rows = decode_rows.iter().sum::<usize>() as f64 / decode_rows.len().max(1) as f64;
         let lost = s.timed_out + s.rejected + s.failed + s.unfinished;
         println!(
-            "{:>5}  {:<34} {:>4}/{:<4}  {}  {}  {}  {:>6.1}  {:>7.2}  {:>7}  {:>10.2}{}",
+            "{:>5}  {:<60} {:>4}/{:<4}  {}  {}  {}  {:>6.1}  {:>7.2}  {:>7}  {:>10.2}{}",
             run.rate_per_s,
-            run.settings.batch.mixing.label(),
+            run.policy(),
             s.served,
             s.measured,
             p(&s.ttft_ms),
