@@ -337,6 +337,8 @@ mod tests {
     use std::cell::Cell;
     use std::rc::Rc;
 
+    use proptest::prelude::*;
+
     use super::*;
     use crate::batching::{BatchSettings, Memory, Mixing};
     use crate::generation::GenSummary;
@@ -466,8 +468,6 @@ mod tests {
         assert!(separated < colocated / 2.0, "ITL p99: P/D {separated} ms against two replicas {colocated} ms");
     }
 
-    use proptest::prelude::*;
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(150))]
 
@@ -486,11 +486,8 @@ mod tests {
                 (1usize..4).prop_map(|replicas| Layout::Colocated { replicas }),
             ],
         ) {
-            let mut at = 0.0;
-            let requests: Vec<GenRequest> = lengths.iter().enumerate().map(|(i, &(prompt_tokens, max_new_tokens, gap))| {
-                at += gap;
-                GenRequest { id: i as u64, arrival_ms: at, prompt: 0, prompt_tokens, max_new_tokens }
-            }).collect();
+            let requests = crate::testing::gen_requests(&lengths);
+            let at = requests.last().map_or(0.0, |r| r.arrival_ms);
             let watch = Rc::new(Cell::new(0.0));
             let engines = (0..layout.instances()).map(|_| Counting { watch: watch.clone() }).collect();
             let mut gen = gen_settings();

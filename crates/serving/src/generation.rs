@@ -526,11 +526,7 @@ mod tests {
             timeout_ms in 5.0f64..400.0,
             fail in prop::option::of(1usize..60),
         ) {
-            let mut at = 0.0;
-            let requests: Vec<GenRequest> = lengths.iter().enumerate().map(|(i, &(prompt_tokens, max_new_tokens, gap))| {
-                at += gap;
-                GenRequest { id: i as u64, arrival_ms: at, prompt: i, prompt_tokens, max_new_tokens }
-            }).collect();
+            let requests = crate::testing::gen_requests(&lengths);
             let mixing = chunk.map_or(Mixing::PrefillFirst, |token_budget| Mixing::Chunked { token_budget });
             let memory = if reserve { Memory::Reserve } else { Memory::Recompute };
             let (records, iterations) = run(settings(mixing, memory, budget_blocks, timeout_ms), requests.clone(), fail);

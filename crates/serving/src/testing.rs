@@ -163,3 +163,18 @@ impl Work for CountingSeq {
         self.preempted += 1;
     }
 }
+
+/// Generating requests from drawn `(prompt tokens, max new tokens, gap
+/// before it in ms)`, ids and prompts numbered in order: the generating
+/// servers' property tests draw their loads this way.
+pub fn gen_requests(drawn: &[(usize, usize, f64)]) -> Vec<crate::generation::GenRequest> {
+    let mut at = 0.0;
+    drawn
+        .iter()
+        .enumerate()
+        .map(|(i, &(prompt_tokens, max_new_tokens, gap))| {
+            at += gap;
+            crate::generation::GenRequest { id: i as u64, arrival_ms: at, prompt: i, prompt_tokens, max_new_tokens }
+        })
+        .collect()
+}
