@@ -287,7 +287,7 @@ pub fn pd_timeline_svg(run: &GenerationRun) -> String {
         let outcome = match r.outcome {
             GenOutcome::Served | GenOutcome::HandedOff => "served",
             GenOutcome::TimedOut | GenOutcome::Unfinished => "late",
-            GenOutcome::Rejected | GenOutcome::Failed => "dropped",
+            GenOutcome::Rejected | GenOutcome::Failed | GenOutcome::Cancelled => "dropped",
         };
         out.push_str(&format!(
             r#"<rect class="wait {outcome}" data-id="{}" x="{:.1}" y="{y:.1}" width="{:.2}" height="{:.1}"><title>#{} ({} prompt tokens, {} out): waited {:.0} ms, first token after {}, {} preemptions</title></rect>"#,

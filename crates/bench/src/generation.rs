@@ -153,9 +153,7 @@ impl<'a> RouterStepEngine<'a> {
         let prompts = texts
             .iter()
             .map(|text| {
-                let (ids, ends) = router.tokenizer.encode_with_ends(text).map_err(|e| e.to_string())?;
-                let keep = max_prompt_tokens.max(1);
-                let cut = if ids.len() > keep { text.get(..ends[keep - 1]).unwrap_or(text) } else { text.as_str() };
+                let cut = cut_to_tokens(&router.tokenizer, text, max_prompt_tokens)?;
                 router.tokenizer.encode(&Conversation::user(cut).generation_prompt(router.tokenizer.layout)).map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -197,6 +195,15 @@ impl serving::disaggregation::HandOff for RouterStepEngine<'_> {
     fn receive(&mut self, sequence: Generating, parcel: Self::Parcel) -> Result<Generating, String> {
         router::handoff::receive(&self.router.backbone, sequence.0, &parcel).map(Generating).map_err(|e| e.to_string())
     }
+}
+
+/// The start of `text` that its first `max_tokens` tokens cover (at least
+/// one), how a load's prompts are cut to a length: the serving run and the
+/// load generator cut the same texts the same way.
+pub fn cut_to_tokens<'t>(tokenizer: &router::tokenizer::RouterTokenizer, text: &'t str, max_tokens: usize) -> Result<&'t str, String> {
+    let (ids, ends) = tokenizer.encode_with_ends(text).map_err(|e| e.to_string())?;
+    let keep = max_tokens.max(1);
+    Ok(if ids.len() > keep { text.get(..ends[keep - 1]).unwrap_or(text) } else { text })
 }
 
 /// A generating load: Poisson arrivals of the prompt set with output

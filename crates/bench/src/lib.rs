@@ -8,6 +8,7 @@
 //! URL state and the figures the page draws. The crate does no I/O and reads
 //! no clock but `web-time`'s: callers pass text and bytes.
 
+pub mod client_run;
 pub mod decode_study;
 pub mod estimate;
 pub mod figures;

@@ -1,13 +1,17 @@
 //! The generating server of note 06: open-loop arrivals of requests that
 //! each prefill a prompt and decode an answer, scheduled an iteration at a
 //! time by [`crate::batching::Scheduler`] on one engine, with every request
-//! kept in the records (served, timed out, rejected, failed or unfinished)
+//! kept in the records (served, timed out, rejected, failed, cancelled or
+//! unfinished)
 //! and every iteration logged (which requests were fed how many tokens, as
 //! prefill or decode: the note's figure).
 //!
 //! Pure like [`crate::Server`]: the caller passes the time and a
 //! [`StepEngine`] (the router's engine in `bench`, a counting one in the
-//! tests), so the CLI, the worker and the tests drive the same code.
+//! tests), so the CLI, the worker, the OpenAI-compatible server (`gateway`,
+//! an open server whose requests [`GenServer::arrive`] as clients send
+//! them and [`GenServer::cancel`] when they leave) and the tests drive the
+//! same code.
 
 use std::collections::HashMap;
 
@@ -68,6 +72,9 @@ pub enum GenOutcome {
     /// Its first token made, it left this instance for a decode instance
     /// (P/D separation; [`crate::disaggregation`] joins its two records).
     HandedOff,
+    /// Its client went away (a closed connection): its sequence and K/V
+    /// were freed at once, and what it had received is kept.
+    Cancelled,
 }
 
 /// One request's life.
@@ -145,8 +152,12 @@ struct Live {
 /// The generating server over a fixed list of requests.
 pub struct GenServer<E: StepEngine> {
     settings: GenSettings,
+    /// Arrivals not yet admitted, in arrival order (from `next`).
     requests: Vec<GenRequest>,
     next: usize,
+    /// Admitted requests not yet recorded, by id (a long-running server
+    /// keeps no request past its record).
+    admitted: HashMap<u64, GenRequest>,
     scheduler: Scheduler<E::Seq>,
     live: HashMap<u64, Live>,
     records: Vec<GenRecord>,
@@ -170,6 +181,7 @@ impl<E: StepEngine> GenServer<E> {
             settings,
             requests,
             next: 0,
+            admitted: HashMap::new(),
             scheduler: Scheduler::new(settings.batch),
             live: HashMap::new(),
             records: Vec::new(),
@@ -222,6 +234,42 @@ impl<E: StepEngine> GenServer<E> {
         &self.iterations
     }
 
+    /// The records made since the last call, for a server that runs for
+    /// as long as it is up and keeps its own window of them.
+    pub fn take_records(&mut self) -> Vec<GenRecord> {
+        std::mem::take(&mut self.records)
+    }
+
+    /// The iterations run since the last call (as [`GenServer::take_records`]).
+    pub fn take_iterations(&mut self) -> Vec<Iteration> {
+        std::mem::take(&mut self.iterations)
+    }
+
+    /// K/V blocks the running sequences hold now.
+    pub fn blocks_in_use(&self) -> usize {
+        self.scheduler.blocks_in_use()
+    }
+
+    /// Its client went away: the request leaves wherever it is (not yet
+    /// admitted, waiting or running), its sequence and K/V are dropped at
+    /// once, and it is recorded as cancelled. False if it is not here
+    /// (already recorded).
+    pub fn cancel(&mut self, id: u64, now_ms: f64) -> bool {
+        if let Some(at) = self.requests[self.next..].iter().position(|r| r.id == id) {
+            let request = self.requests.remove(self.next + at);
+            self.arrived.remove(&id);
+            self.admitted.insert(id, request);
+            self.record(id, now_ms, GenOutcome::Cancelled);
+            return true;
+        }
+        if !self.admitted.contains_key(&id) {
+            return false;
+        }
+        drop(self.scheduler.withdraw(id));
+        self.record(id, now_ms, GenOutcome::Cancelled);
+        true
+    }
+
     pub fn preemptions(&self) -> usize {
         self.scheduler.preemptions()
     }
@@ -242,11 +290,11 @@ impl<E: StepEngine> GenServer<E> {
     }
 
     fn request(&self, id: u64) -> &GenRequest {
-        self.requests.iter().find(|r| r.id == id).expect("a known request")
+        self.admitted.get(&id).expect("an admitted request")
     }
 
     fn record(&mut self, id: u64, end_ms: f64, outcome: GenOutcome) {
-        let request = self.request(id).clone();
+        let request = self.admitted.remove(&id).expect("an admitted request");
         let live = self.live.remove(&id);
         let (start_ms, first_token_ms, gaps_ms, tokens_out, prefill_chunks, preemptions) = match live {
             Some(l) => (l.start_ms, l.first_token_ms, l.gaps_ms, l.tokens_out, l.prefill_chunks, l.preemptions),
@@ -279,6 +327,7 @@ impl<E: StepEngine> GenServer<E> {
         let now = clock();
         while let Some(request) = self.requests.get(self.next).filter(|r| r.arrival_ms <= now).cloned() {
             self.next += 1;
+            self.admitted.insert(request.id, request.clone());
             let made = match self.arrived.remove(&request.id) {
                 Some(sequence) => Ok(sequence),
                 None => engine.sequence(&request),
@@ -291,6 +340,9 @@ impl<E: StepEngine> GenServer<E> {
                 Err(_) => self.record(request.id, now, GenOutcome::Failed),
             }
         }
+        // Admitted arrivals live in `admitted` now.
+        self.requests.drain(..self.next);
+        self.next = 0;
         for (id, _) in self.scheduler.take_rejected() {
             self.record(id, now, GenOutcome::Rejected);
         }
@@ -405,6 +457,9 @@ pub struct GenSummary {
     pub rejected: usize,
     pub failed: usize,
     pub unfinished: usize,
+    /// Whose client went away mid-request (older runs: none).
+    #[serde(default)]
+    pub cancelled: usize,
     /// Over the measured requests; one never served counts as beyond every value.
     pub ttft_ms: Percentiles,
     /// Every gap between tokens of the measured requests, pooled.
@@ -444,6 +499,7 @@ impl GenSummary {
             rejected: count(GenOutcome::Rejected),
             failed: count(GenOutcome::Failed),
             unfinished: count(GenOutcome::Unfinished),
+            cancelled: count(GenOutcome::Cancelled),
             ttft_ms: Percentiles::of(ttft),
             itl_ms: Percentiles::of(itl),
             completion_ms: Percentiles::of(completion),
@@ -485,12 +541,34 @@ mod tests {
     }
 
     fn run(settings: GenSettings, requests: Vec<GenRequest>, fail_prompt: Option<usize>) -> (Vec<GenRecord>, Vec<Iteration>) {
+        run_cancelling(settings, requests, fail_prompt, &[])
+    }
+
+    /// As [`run`], with clients that leave: `(id, at_ms)`.
+    fn run_cancelling(
+        settings: GenSettings,
+        requests: Vec<GenRequest>,
+        fail_prompt: Option<usize>,
+        cancels: &[(u64, f64)],
+    ) -> (Vec<GenRecord>, Vec<Iteration>) {
         let now = std::rc::Rc::new(std::cell::Cell::new(0.0));
         let mut engine = CountingEngine { now: now.clone(), fail_prompt };
         let end = requests.iter().map(|r| r.arrival_ms).fold(0.0, f64::max) + 1.0;
         let mut server = GenServer::new(settings, requests, end);
         let clock = now.clone();
+        let mut cancels = cancels.to_vec();
         loop {
+            let t = now.get();
+            cancels.retain(|&(id, at)| {
+                if at <= t {
+                    let blocks = server.blocks_in_use();
+                    server.cancel(id, t);
+                    assert!(server.blocks_in_use() <= blocks, "cancelling {id} freed nothing it held");
+                    false
+                } else {
+                    true
+                }
+            });
             match server.step(&mut engine, &mut || clock.get()) {
                 GenStep::Done => break,
                 GenStep::IdleUntil(t) => now.set(t.max(now.get())),
@@ -525,11 +603,13 @@ mod tests {
             budget_blocks in 3usize..40,
             timeout_ms in 5.0f64..400.0,
             fail in prop::option::of(1usize..60),
+            cancels in prop::collection::vec((0u64..20, 0.0f64..200.0), 0..4),
         ) {
             let requests = crate::testing::gen_requests(&lengths);
             let mixing = chunk.map_or(Mixing::PrefillFirst, |token_budget| Mixing::Chunked { token_budget });
             let memory = if reserve { Memory::Reserve } else { Memory::Recompute };
-            let (records, iterations) = run(settings(mixing, memory, budget_blocks, timeout_ms), requests.clone(), fail);
+            let (records, iterations) =
+                run_cancelling(settings(mixing, memory, budget_blocks, timeout_ms), requests.clone(), fail, &cancels);
             let mut ids: Vec<u64> = records.iter().map(|r| r.id).collect();
             ids.sort_unstable();
             prop_assert_eq!(ids, (0..requests.len() as u64).collect::<Vec<_>>());
@@ -545,6 +625,7 @@ mod tests {
                     // A failed step fails every request it fed.
                     GenOutcome::Failed => prop_assert!(fail.is_some()),
                     GenOutcome::Unfinished => {}
+                    GenOutcome::Cancelled => prop_assert!(cancels.iter().any(|&(id, _)| id == r.id)),
                     // This server does not hand off.
                     GenOutcome::HandedOff => prop_assert!(false, "a hand-off from a server that keeps its sequences"),
                 }
