@@ -16,6 +16,7 @@ pub mod kv_page;
 pub mod latency_widget;
 pub mod quality_view;
 pub mod report_view;
+pub mod request_view;
 pub mod router_page;
 pub mod serve_view;
 pub mod worker_client;

@@ -93,6 +93,7 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<C
     // A quality-only report (`bench-decide --quality`) has no latency rows.
     let quality = report.studies.quality.clone().map(|study| view! { <QualityView report=report.clone() study=study/> });
     let serve = report.studies.serve.clone().map(|study| view! { <crate::serve_view::ServeView study=study/> });
+    let requests = report.studies.client.clone().map(|study| view! { <crate::request_view::RequestView study=study/> });
     let latency = (!report.results.is_empty()).then(|| view! {
         <div class="table-wrap">
             <table class="bench-table" data-testid="bench-table">
@@ -143,6 +144,7 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<C
         {latency}
         {quality}
         {serve}
+        {requests}
         {comparison}
         <details class="provenance" data-testid="bench-provenance" open>
             <summary>"Environment and provenance"</summary>

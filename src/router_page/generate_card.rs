@@ -9,7 +9,7 @@
 use bench::report::format_ms;
 use bench::Summary;
 use leptos::prelude::*;
-use router::sampling::{GenerationSummary, ParamError, SamplingForm};
+use router::sampling::{GenerationSummary, ParamError, SamplingForm, SamplingParams};
 use router::Conversation;
 use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
@@ -75,19 +75,7 @@ pub fn GenerateCard() -> impl IntoView {
     worker.on_job(JobKind::Generate, move |event| state.apply(event));
     let run = move |_| {
         let prompt = state.prompt.get_untracked();
-        if prompt.trim().is_empty() {
-            return alert.show("prompt: write a user turn to answer.".into());
-        }
-        let params = match state.form.with_untracked(SamplingForm::parse) {
-            Ok(params) => params,
-            Err(refused) => {
-                alert.show(refused.to_string());
-                state.refused.set(Some(refused));
-                return;
-            }
-        };
-        state.refused.set(None);
-        alert.clear();
+        let Some(params) = checked_turn(&prompt, state.form, state.refused, alert, "write a user turn to answer") else { return };
         if worker.start(JobRequest::Generate { conversation: Conversation::user(prompt), params }, None) {
             state.streamed.set(Streamed::default());
             state.generated.set(None);
@@ -102,16 +90,7 @@ pub fn GenerateCard() -> impl IntoView {
             view! { <JobProgressLine id="generate" label="Generation progress" value=tokens as f64 max=max text=text/> }
         })
     };
-    let field = move |name: &'static str, label: &'static str, get: fn(&SamplingForm) -> String, set: fn(&mut SamplingForm, String)| {
-        let bad = move || state.refused.with(|r| r.as_ref().is_some_and(|r| r.field.name() == name));
-        view! {
-            <label class="field small">{label}
-                <input type="text" data-testid=format!("gen-{name}") aria-invalid=move || bad().to_string()
-                    prop:value=move || state.form.with(get)
-                    on:input=move |ev| state.form.update(|f| set(f, event_target_value(&ev)))/>
-            </label>
-        }
-    };
+    let field = move |name, label, get, set| sampling_field(state.form, state.refused, "gen", name, label, get, set);
     view! {
         <section class="card" aria-labelledby="generate-h">
             <h2 id="generate-h">"7 · Generate (note 06: from prefill to decode)"</h2>
@@ -145,6 +124,55 @@ pub fn GenerateCard() -> impl IntoView {
             <pre class="generated" data-testid="gen-output" aria-live="polite">{move || state.streamed.with(|s| s.text.clone())}</pre>
             {move || state.generated.get().map(|Generated { summary, cancelled }| view! { <GenerationView summary=summary cancelled=cancelled/> })}
         </section>
+    }
+}
+
+/// Reads a user turn and its sampling form with the worker's own rules:
+/// an empty turn is refused with `empty` (what to do), a refused field is
+/// named in the alert and marked (`refused`); nothing typed is changed.
+pub(super) fn checked_turn(
+    prompt: &str,
+    form: RwSignal<SamplingForm>,
+    refused: RwSignal<Option<ParamError>>,
+    alert: Alert,
+    empty: &str,
+) -> Option<SamplingParams> {
+    if prompt.trim().is_empty() {
+        alert.show(format!("prompt: {empty}."));
+        return None;
+    }
+    match form.with_untracked(SamplingForm::parse) {
+        Ok(params) => {
+            refused.set(None);
+            alert.clear();
+            Some(params)
+        }
+        Err(refusal) => {
+            alert.show(refusal.to_string());
+            refused.set(Some(refusal));
+            None
+        }
+    }
+}
+
+/// One field of a sampling form (`{prefix}-{name}`), marked invalid while
+/// the last check refused it.
+pub(super) fn sampling_field(
+    form: RwSignal<SamplingForm>,
+    refused: RwSignal<Option<ParamError>>,
+    prefix: &'static str,
+    name: &'static str,
+    label: &'static str,
+    get: fn(&SamplingForm) -> String,
+    set: fn(&mut SamplingForm, String),
+) -> impl IntoView {
+    let bad = move || refused.with(|r| r.as_ref().is_some_and(|r| r.field.name() == name));
+    view! {
+        <label class="field small">{label}
+            <input type="text" data-testid=format!("{prefix}-{name}") aria-invalid=move || bad().to_string()
+                prop:value=move || form.with(get)
+                on:input=move |ev| form.update(|f| set(f, event_target_value(&ev)))/>
+        </label>
     }
 }
 

@@ -18,6 +18,7 @@ mod generate_card;
 mod model_card;
 mod prefix_card;
 mod quality_card;
+mod request_card;
 mod serve_card;
 mod serve_form;
 mod serve_generate_card;
@@ -129,6 +130,7 @@ fn LivePage() -> impl IntoView {
         <serve_card::ServeCard/>
         <generate_card::GenerateCard/>
         <serve_generate_card::ServeGenerateCard/>
+        <request_card::RequestCard/>
     }
 }
 

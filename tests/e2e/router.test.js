@@ -155,7 +155,7 @@ test('load, decide, bench, export, compare and share on the real model', async (
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('bench-export').click()]);
   const report = JSON.parse(await readFile(await download.path(), 'utf8'));
   assert.deepEqual(Object.keys(report).sort(), Object.keys(NATIVE).sort());
-  assert.equal(report.schema, 'workbench.router-latency/4');
+  assert.equal(report.schema, 'workbench.router-latency/5');
   assert.equal(report.environment.runtime, 'browser');
   assert.equal(report.environment.target, 'wasm32-unknown-unknown');
   // The site is cross-origin isolated: the threads build, one thread per core (up to 8).
@@ -806,6 +806,52 @@ test('generate: a greedy answer streams token by token and matches the native en
   assert.ok(kept >= 5 && kept < 2000, `${kept} tokens kept`);
   await screenshot(page, 'router-generate');
   await page.context().close();
+});
+
+test('the whole request: decide routes, the worker streams the answer, each boundary is reported apart and the sum matches the page\'s clock; the share link shows it read-only', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  const prompt = 'Write a Python function that reverses a linked list.';
+  // The page's own Decide on the same user turn: the request must route the same way.
+  const ranking = await decide(page, { messages: [{ role: 'user', content: prompt }] });
+  await page.getByTestId('req-prompt').fill(prompt);
+  await page.getByTestId('req-max_new_tokens').fill('24');
+  // A bad field is refused before anything is sent, named, and kept.
+  await page.getByTestId('req-temperature').fill('-1');
+  await page.getByTestId('req-send').click();
+  await page.waitForFunction(() => /temperature: -1 is not a temperature/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''));
+  assert.equal(await page.getByTestId('req-temperature').inputValue(), '-1');
+  assert.equal(await page.getByTestId('req-prompt').inputValue(), prompt);
+  await page.getByTestId('req-temperature').fill('0');
+  for (const n of [1, 2]) {
+    await page.getByTestId('req-send').click();
+    await page.waitForFunction((rows) => document.querySelectorAll('[data-testid=request-table] tbody tr').length === rows, n, { timeout: 120_000 });
+  }
+  assert.equal(await page.getByTestId('req-routed').getAttribute('data-candidate'), ranking[0].id);
+  assert.ok((await text(page, 'req-output')).trim().length > 0, 'the answer streamed');
+  const cells = await page.locator('[data-testid=request-table] tbody tr').first().locator('td').allTextContents();
+  assert.ok(cells[0].startsWith(`${ranking[0].id} → `), cells[0]);
+  const [encode, decideMs, queue] = cells.slice(1, 4).map(Number);
+  assert.ok(encode > 0 && decideMs >= encode && queue >= decideMs, `encode+scores ${encode} ≤ decide ${decideMs} ≤ T_queue ${queue}`);
+  const decomposition = await text(page, 'request-decomposition');
+  console.log(`the whole request in the page: ${cells.join(' | ')}\n${decomposition}`);
+  assert.match(decomposition, /within max\(5 ms, 5 %\) for 2 of 2 served requests/);
+  const figure = await page.locator('[data-testid=request-timeline] svg').evaluate((svg) => ({
+    decide: svg.querySelectorAll('rect.decide').length,
+    prompt: svg.querySelectorAll('rect.prompt').length,
+    tokens: svg.querySelectorAll('line.token').length,
+    content: svg.querySelectorAll('line.first-content').length,
+  }));
+  assert.ok(figure.decide === 2 && figure.prompt === 2 && figure.tokens >= 2 && figure.content === 2, JSON.stringify(figure));
+  await page.getByTestId('req-share').click();
+  const link = await page.getByTestId('req-share-link').getAttribute('href');
+  await screenshot(page, 'router-request');
+  await page.context().close();
+  const { viewer, fetched } = await openShared(link);
+  assert.equal(await viewer.locator('[data-testid=request-table] tbody tr').count(), 2);
+  assert.ok(!fetched().some((p) => /router_worker|gguf/.test(p)), `a shared result starts nothing: ${fetched().join(' ')}`);
+  await viewer.context().close();
 });
 
 test('serving with generation: a short mixed load runs in the worker per policy, and the page draws note 06\'s figure from it', async () => {

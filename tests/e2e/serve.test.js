@@ -79,7 +79,7 @@ test('the serving card shows the native study, runs a load here with a live queu
   await page.locator('[data-testid=serve-export]').waitFor({ timeout: 120_000 });
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('serve-export').click()]);
   const report = JSON.parse(await readFile(await download.path(), 'utf8'));
-  assert.equal(report.schema, 'workbench.router-latency/4');
+  assert.equal(report.schema, 'workbench.router-latency/5');
   assert.equal(report.environment.runtime, 'browser');
   const run = report.serve.runs[0];
   assert.equal(run.settings.chunk, 128);

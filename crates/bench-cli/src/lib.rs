@@ -41,6 +41,71 @@ impl RouterFlags {
     }
 }
 
+/// The generating load's flags, spelled once: `serve-generate` serves it
+/// in-process and `openai-replay` sends it to endpoints, so one command
+/// line gives both the same arrivals, prompts and output lengths.
+#[derive(clap::Args, Debug)]
+pub struct LoadFlags {
+    /// Arrival rates to run, requests a second (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub rates: Vec<f64>,
+    /// Seconds of arrivals in a run.
+    #[arg(long, default_value_t = 30.0)]
+    pub duration: f64,
+    /// Seconds of arrivals at the start left out of the statistics.
+    #[arg(long, default_value_t = 5.0)]
+    pub warmup: f64,
+    /// Seconds after the last arrival before what is left is unfinished.
+    #[arg(long, default_value_t = 60.0)]
+    pub drain: f64,
+    /// Prompt tokens kept of each task (its text cut before the chat layout).
+    #[arg(long, default_value_t = 256)]
+    pub max_prompt_tokens: usize,
+    /// The cap on drawn output lengths (tokens).
+    #[arg(long, default_value_t = 64)]
+    pub max_new_cap: usize,
+    /// Time-to-first-token SLO for goodput, ms.
+    #[arg(long, default_value_t = 2000.0)]
+    pub ttft_slo_ms: f64,
+    /// Time-per-output-token SLO for goodput, ms.
+    #[arg(long, default_value_t = 200.0)]
+    pub tpot_slo_ms: f64,
+    /// The arrivals' and lengths' seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The task prompts (JSONL with a `prompt` field).
+    #[arg(long, default_value = DEFAULT_PROMPTS)]
+    pub prompts: PathBuf,
+    /// The dataset's per-model results, for the output lengths.
+    #[arg(long, default_value = "data/coderouterbench/ood176_results_long.csv")]
+    pub results: PathBuf,
+}
+
+impl LoadFlags {
+    /// Checks the flags against each other (usage errors, exit 2).
+    pub fn check(&self) -> Result<()> {
+        if let Some(bad) = self.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+            return Err(cli::usage(format!("--rates: {bad} is not a positive rate")));
+        }
+        if !(self.duration > self.warmup && self.warmup >= 0.0) {
+            return Err(cli::usage("--duration must be longer than --warmup"));
+        }
+        if self.drain.is_nan() || self.drain < 0.0 {
+            return Err(cli::usage("--drain must not be negative"));
+        }
+        Ok(())
+    }
+
+    /// The task texts and the output lengths to draw from.
+    pub fn inputs(&self) -> Result<(Vec<String>, Vec<usize>)> {
+        let texts = prompt_texts(&self.prompts)?;
+        let results = String::from_utf8(read(&self.results, "--results")?).context("--results: not UTF-8")?;
+        let lengths =
+            bench::decode_study::recorded_output_lengths(&results, self.max_new_cap).map_err(|e| anyhow::anyhow!("--results: {e}"))?;
+        Ok((texts, lengths))
+    }
+}
+
 pub const DEFAULT_CHECKPOINT: &str = "assets/SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const DEFAULT_POOL: &str = "configs/pool.coderouterbench.yaml";
 pub const DEFAULT_PROMPTS: &str = "data/coderouterbench/ood176_sample.jsonl";

@@ -16,6 +16,7 @@ use serving::generation::{GenOutcome, GenRecord, GenSettings, GenSummary};
 use serving::Percentiles;
 
 use crate::decode_study::GenerationRun;
+use crate::svg::escape;
 
 /// The endpoint's account of one request, as this workbench's server
 /// writes it into the last streamed event (the `workbench` field of the
@@ -223,6 +224,169 @@ impl ClientRun {
     }
 }
 
+/// What the worker reports of one routed request in the page (the
+/// page's own engine is the upstream): the router's choice and its two
+/// boundaries, and the request's account on the worker's clock from when
+/// the worker took the job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestAccount {
+    /// `encode_and_score`'s share of the decide: tokenising, prefill,
+    /// stacking and scores (the decide less mode, assembly, cost and ranking).
+    pub encode_scores_ms: f64,
+    pub timings: ServerTimings,
+    pub tokens_out: usize,
+    /// `stop` or `length`; absent when cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+}
+
+/// One routed request in the page: the worker's account and what the
+/// page's UI thread saw of it (its [`ClientRecord`]: times from the click
+/// that sent it, on the UI thread's clock, as each message arrived).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PageRequest {
+    /// The user turn's length in characters (the text itself is not kept:
+    /// a shared link should not carry what someone typed).
+    pub prompt_chars: usize,
+    pub encode_scores_ms: f64,
+    pub client: ClientRecord,
+}
+
+impl PageRequest {
+    /// The cells of [`request_rows`]' row for this request.
+    fn cells(&self) -> Vec<String> {
+        let ms = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
+        let c = &self.client;
+        let s = c.server.as_ref();
+        let gaps = Percentiles::of(c.record.gaps_ms.iter().map(|&g| Some(g)));
+        vec![
+            s.and_then(|s| s.routed.as_ref()).map_or("–".into(), |r| format!("{} → {}", r.candidate, r.served_by)),
+            format!("{:.1}", self.encode_scores_ms),
+            ms(s.and_then(|s| s.decide_ms)),
+            ms(s.map(|s| s.queue_ms)),
+            ms(s.map(|s| s.prompt_path_ms)),
+            ms(s.map(|s| s.first_content_ms)),
+            ms(c.record.first_token_ms),
+            ms(c.first_content_ms),
+            format!("{} / {}", ms(gaps.p50), ms(gaps.p95)),
+            ms(Some(c.record.end_ms)),
+            c.record.tokens_out.to_string(),
+            ms(c.unaccounted_ms()),
+        ]
+    }
+}
+
+/// The columns of the routed requests' table: the router's two boundaries
+/// and the worker's account on its clock, then the page's (the client's).
+pub const REQUEST_COLUMNS: [&str; 12] = [
+    "routed to",
+    "encode + scores ms",
+    "decide ms",
+    "T_queue ms (decide inside)",
+    "T_prompt_path ms",
+    "T_first_content ms",
+    "first token at the page ms",
+    "first content at the page ms",
+    "ITL p50 / p95 ms (page)",
+    "completion ms (page)",
+    "tokens",
+    "unaccounted ms",
+];
+
+/// The table of routed requests, a row each.
+pub fn request_rows(requests: &[PageRequest]) -> Vec<Vec<String>> {
+    requests.iter().map(PageRequest::cells).collect()
+}
+
+/// The whole request at the client, in a report (schema 5): the page's
+/// routed requests, and `openai-replay`'s runs when a report carries them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClientStudy {
+    #[serde(default)]
+    pub requests: Vec<PageRequest>,
+    #[serde(default)]
+    pub runs: Vec<ClientRun>,
+}
+
+/// One row per routed request on a shared time axis from the click: the
+/// worker's account as bars (decide, the rest of the queue, the prompt
+/// path, the wait for visible text, then decoding to the end), and the
+/// page's clock as marks (each token's arrival; a taller mark at the first
+/// visible text). The space between the end of the bars' first content and
+/// the page's mark is what neither clock's parts explain.
+pub fn request_timeline_svg(requests: &[PageRequest]) -> String {
+    const W: f64 = 640.0;
+    const L: f64 = 150.0;
+    const R: f64 = 16.0;
+    let bar = 14.0;
+    let h = 30.0 + (bar + 6.0) * requests.len().max(1) as f64 + 24.0;
+    let end = requests.iter().map(|r| r.client.record.end_ms).fold(1.0, f64::max);
+    let x = |t: f64| L + (W - L - R) * t.clamp(0.0, end) / end;
+    let mut out = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h:.0}" role="img" class="request-timeline" aria-label="Routed requests, decide to completion"><title>Routed requests, decide to completion</title>"#
+    );
+    out.push_str(&crate::serve::plot::time_axis(end, h, x));
+    for (i, r) in requests.iter().enumerate() {
+        let y = 28.0 + (bar + 6.0) * i as f64;
+        let c = &r.client;
+        let label = c.server.as_ref().and_then(|s| s.routed.as_ref()).map_or("–".to_string(), |r| r.candidate.clone());
+        out.push_str(&format!(
+            r#"<text class="row-label" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            L - 6.0,
+            y + bar * 0.75,
+            escape(&format!("#{} {label}", i + 1))
+        ));
+        if let Some(s) = &c.server {
+            let decide = s.decide_ms.unwrap_or(0.0);
+            let parts = [
+                ("decide", 0.0, decide, "decide"),
+                ("queue", decide, s.queue_ms, "rest of the queue"),
+                ("prompt", s.queue_ms, s.queue_ms + s.prompt_path_ms, "prompt path"),
+                ("first-content", s.queue_ms + s.prompt_path_ms, s.to_first_content_ms(), "to first content"),
+                ("decode", s.to_first_content_ms(), c.record.end_ms, "decoding"),
+            ];
+            for (class, from, to, what) in parts {
+                if to > from {
+                    out.push_str(&format!(
+                        r#"<rect class="{class}" x="{:.1}" y="{y:.1}" width="{:.2}" height="{bar:.1}"><title>{what}: {:.1} ms</title></rect>"#,
+                        x(from),
+                        (x(to) - x(from)).max(0.5),
+                        to - from
+                    ));
+                }
+            }
+        }
+        let mut at = c.record.first_token_ms;
+        let mut ticks: Vec<f64> = at.into_iter().collect();
+        for gap in &c.record.gaps_ms {
+            at = at.map(|t| t + gap);
+            ticks.extend(at);
+        }
+        for t in ticks {
+            out.push_str(&format!(
+                r#"<line class="token" x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}"/>"#,
+                x(t),
+                y + bar,
+                y + bar + 4.0
+            ));
+        }
+        if let Some(t) = c.first_content_ms {
+            out.push_str(&format!(
+                r#"<line class="first-content" x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}"><title>first content at the page: {3:.1} ms</title></line>"#,
+                x(t),
+                y - 2.0,
+                y + bar + 6.0,
+                t
+            ));
+        }
+    }
+    out.push_str(&format!(
+        r#"<text class="legend" x="{L}" y="{:.1}">bars: the worker's account (decide, queue, prompt path, to first content, decoding); marks: tokens reaching the page</text></svg>"#,
+        h - 4.0
+    ));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +442,23 @@ mod tests {
         assert_eq!(d.with_first_event, 3);
         assert_eq!(d.first_event_had_content, 0);
         assert!(d.lines().iter().any(|l| l.contains("1 of 2 served requests")), "{:?}", d.lines());
+    }
+
+    /// The figure is plot elements only, and a hostile candidate name
+    /// (it can come from a shared link) stays inert text.
+    #[test]
+    fn the_request_timeline_holds_plot_elements_only() {
+        let hostile = r#"<script>"x'"#;
+        let mut record = served(0, 0.0, 100.0, Some(98.0));
+        if let Some(s) = record.server.as_mut() {
+            s.decide_ms = Some(20.0);
+            s.routed = Some(Routed { candidate: hostile.into(), served_by: "m".into() });
+        }
+        let request = PageRequest { prompt_chars: 10, encode_scores_ms: 15.0, client: record };
+        let svg = request_timeline_svg(std::slice::from_ref(&request));
+        crate::svg::assert_inert(&svg, hostile);
+        assert_eq!(svg.matches(r#"class="token""#).count(), 4);
+        assert_eq!(request_rows(&[request])[0].len(), REQUEST_COLUMNS.len());
     }
 
     #[test]

@@ -23,10 +23,14 @@ use crate::stats::Summary;
 /// version-2 one without them. Version 3 added the routing-quality study
 /// (`quality`); older reports read as version 3 without it. Version 4
 /// added the serving test (`serve`); older reports read without it.
-pub const SCHEMA: &str = "workbench.router-latency/4";
+/// Version 5 added the whole request at the client (`client`: the page's
+/// routed requests, the load generator's runs); older reports read
+/// without it.
+pub const SCHEMA: &str = "workbench.router-latency/5";
 
 /// Every schema a report may be read from.
-pub const SCHEMAS_READ: [&str; 4] = ["workbench.router-latency/1", "workbench.router-latency/2", "workbench.router-latency/3", SCHEMA];
+pub const SCHEMAS_READ: [&str; 5] =
+    ["workbench.router-latency/1", "workbench.router-latency/2", "workbench.router-latency/3", "workbench.router-latency/4", SCHEMA];
 
 /// Where a measurement was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -147,6 +151,9 @@ pub struct Studies {
     /// The serving test (`bench-decide --serve`, or the page's Serving panel), when run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<crate::serve::ServeStudy>,
+    /// The whole request at the client (the page's routed requests), when run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<crate::client_run::ClientStudy>,
 }
 
 impl<S> Envelope<S> {

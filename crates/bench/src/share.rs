@@ -115,7 +115,7 @@ mod tests {
         assert!(decode(&not_a_report).unwrap_err().contains("not a latency report"));
         let mut other = sample_report();
         other.schema = "workbench.router-latency/0".into();
-        assert!(decode(&encode(&other)).unwrap_err().contains("expected `workbench.router-latency/4`"));
+        assert!(decode(&encode(&other)).unwrap_err().contains("expected `workbench.router-latency/5`"));
         assert!(parse_report("[]", "native.json").unwrap_err().starts_with("native.json: not a latency report"));
     }
 

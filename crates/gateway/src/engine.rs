@@ -27,7 +27,7 @@ use serving::generation::{GenOutcome, GenRecord, GenRequest, GenServer, GenSetti
 use tokio::sync::{mpsc, oneshot};
 use web_time::Instant;
 
-use crate::openai::{finish_reason, refusal, ApiError, Checked, Usage};
+use crate::openai::{refusal, ApiError, Checked, Usage};
 
 /// How the engine thread serves.
 #[derive(Debug, Clone)]
@@ -221,7 +221,7 @@ impl StepEngine for Streams<'_> {
                 client.first_content_ms.get_or_insert(now);
             }
             if let Some(finish) = &emitted.finish {
-                client.finish = Some(finish_reason(finish));
+                client.finish = Some(finish.openai());
             }
             // A client gone is noticed before the next iteration.
             let _ = client.events.send(Event::Token(emitted.text.clone()));

@@ -7,7 +7,7 @@
 //! they leave out).
 
 use router::conversation::{Message, Role};
-use router::sampling::{Field, FinishReason, SamplingParams};
+use router::sampling::{Field, SamplingParams};
 use router::Conversation;
 use serde::{Deserialize, Serialize};
 
@@ -261,14 +261,6 @@ pub fn param_name(field: Field, max_tokens_field: &'static str) -> &'static str 
         Field::Prompt => "messages",
         Field::MaxNewTokens => max_tokens_field,
         other => other.name(),
-    }
-}
-
-/// OpenAI's `finish_reason` for how a generation ended.
-pub fn finish_reason(finish: &FinishReason) -> &'static str {
-    match finish {
-        FinishReason::MaxTokens => "length",
-        _ => "stop",
     }
 }
 

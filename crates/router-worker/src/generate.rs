@@ -2,9 +2,13 @@
 //! each piece of text posted as it is released, with a yield between
 //! tokens so Cancel is read (a cancelled generation keeps its tokens). And
 //! the generating serving test: many sequences batched by the scheduler.
+//! And the whole request: `decide` routes a user turn, then this engine,
+//! standing in for the chosen candidate, generates the answer.
 
+use bench::client_run::{RequestAccount, Routed, ServerTimings};
 use bench::decode_study::{GenerationPlan, GenerationRun};
 use bench::generation::{formula_bytes_per_token, generation_requests, RouterStepEngine, SingleGeneration};
+use bench::report::{LatencyReport, NoStudies, Provenance};
 use router::generate::BLOCK_TOKENS;
 use router::sampling::SamplingParams;
 use router::Conversation;
@@ -13,6 +17,7 @@ use wire::desk::{Finished, JobTicket, Outcome};
 use wire::job::GenerationTick;
 use wire::{Deferred, JobProgress, JobResult};
 
+use crate::studies::environment;
 use crate::{now_ms, Loaded, RouterWorker};
 
 impl RouterWorker {
@@ -27,17 +32,33 @@ impl RouterWorker {
         let router = &loaded.router;
         let started = now_ms();
         let mut generation = SingleGeneration::start(router, conversation, params).map_err(|e| e.to_string())?;
-        let mut cancelled = false;
+        let cancelled = self.stream(ticket, router, &mut generation, || now_ms() - started, |_, _| {}).await?;
+        Ok(Finished { result: JobResult::Generated(Deferred::encode(&generation.summary(router, cancelled))), cancelled })
+    }
+
+    /// Steps `generation` to its end or a Cancel, posting each token's
+    /// text as `Progress(Generated)` stamped with `since()`, and telling
+    /// `on_token` (the stamp, the text) too. Returns whether Cancel cut it
+    /// short (the tokens so far are kept).
+    async fn stream(
+        &self,
+        ticket: &JobTicket,
+        router: &router::Router,
+        generation: &mut SingleGeneration,
+        since: impl Fn() -> f64,
+        mut on_token: impl FnMut(f64, &str),
+    ) -> Result<bool, String> {
         loop {
             if self.cancelled(ticket) {
-                cancelled = true;
-                break;
+                return Ok(true);
             }
             let step = generation.step(router)?;
+            let now = since();
+            on_token(now, &step.text);
             let tokens = generation.sequence.generated().len();
-            self.progress(ticket, JobProgress::Generated { text: step.text, tokens, ms: now_ms() - started });
+            self.progress(ticket, JobProgress::Generated { text: step.text, tokens, ms: now });
             if step.done {
-                break;
+                return Ok(false);
             }
             // Let the Cancel message in. The gap it adds (a timer's
             // minimum, up to 4 ms once timers nest) is inside the
@@ -45,7 +66,6 @@ impl RouterWorker {
             // shows a reader, not the engine's alone.
             gloo_timers::future::TimeoutFuture::new(0).await;
         }
-        Ok(Finished { result: JobResult::Generated(Deferred::encode(&generation.summary(router, cancelled))), cancelled })
     }
 }
 
@@ -132,5 +152,89 @@ impl RouterWorker {
             runs: Deferred::encode(&runs),
         };
         Ok(Finished { result, cancelled })
+    }
+}
+
+impl RouterWorker {
+    /// The whole request in the page: decide, then generate on this
+    /// engine (the stand-in for every candidate), streaming as the Generate
+    /// job does. The account's times run from when this worker took the
+    /// job: T_queue is everything before the prefill (the decide inside
+    /// it, also given apart), T_prompt_path the prefill to the first
+    /// token, T_first_content the first token to the first visible text.
+    pub(crate) async fn request(
+        &self,
+        ticket: &JobTicket,
+        conversation: Conversation,
+        params: SamplingParams,
+        mode: Option<String>,
+    ) -> Outcome {
+        let loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
+        let outcome = self.request_with(ticket, &loaded, &conversation, params, mode.as_deref()).await;
+        *self.loaded.borrow_mut() = Some(loaded);
+        outcome
+    }
+
+    async fn request_with(
+        &self,
+        ticket: &JobTicket,
+        loaded: &Loaded,
+        conversation: &Conversation,
+        params: SamplingParams,
+        mode: Option<&str>,
+    ) -> Outcome {
+        let router = &loaded.router;
+        let started_unix_ms = now_ms() as u64;
+        let taken = web_time::Instant::now();
+        let since = move || taken.elapsed().as_secs_f64() * 1000.0;
+        if let Some(mode) = mode.filter(|m| !router.pool.modes.contains_key(*m)) {
+            return Err(format!("mode: the pool has no mode {mode:?}"));
+        }
+        let decision = router.decide(conversation, mode).map_err(|e| e.to_string())?;
+        let decide_ms = since();
+        let t = &decision.timings;
+        // The microbenchmark's boundary inside this decide: all but mode
+        // resolution, assembly, cost and ranking.
+        let encode_scores_ms = t.total_ms - t.mode_ms - t.assemble_ms - t.cost_ms - t.rank_ms;
+        let routed =
+            Routed { candidate: decision.ranked.first().map(|r| r.id.clone()).unwrap_or_default(), served_by: loaded.file_name.clone() };
+        self.progress(ticket, JobProgress::Routed { candidate: routed.candidate.clone(), served_by: routed.served_by.clone(), decide_ms });
+        let mut generation = SingleGeneration::start(router, conversation, params).map_err(|e| e.to_string())?;
+        let queue_ms = since();
+        let (mut first_token_ms, mut first_content_ms) = (None, None);
+        let cancelled = self
+            .stream(ticket, router, &mut generation, since, |now, text| {
+                first_token_ms.get_or_insert(now);
+                if !text.trim().is_empty() {
+                    first_content_ms.get_or_insert(now);
+                }
+            })
+            .await?;
+        let first_token = first_token_ms.unwrap_or(queue_ms);
+        let sequence = &generation.sequence;
+        let account = RequestAccount {
+            encode_scores_ms,
+            timings: ServerTimings {
+                queue_ms,
+                prompt_path_ms: first_token - queue_ms,
+                first_content_ms: first_content_ms.map_or(0.0, |c| c - first_token),
+                decide_ms: Some(decide_ms),
+                routed: Some(routed),
+                prompt_tokens: sequence.prompt_len(),
+                prefill_chunks: 1,
+                preemptions: 0,
+            },
+            tokens_out: sequence.generated().len(),
+            finish_reason: if cancelled { None } else { sequence.finish().map(|f| f.openai().to_string()) },
+        };
+        let described = format!("a routed request: decide (mode={}), then generation", mode.unwrap_or("(pool default)"));
+        let report = LatencyReport::for_study(
+            environment(started_unix_ms, described),
+            Provenance::of(router, &loaded.file_name),
+            router.load_timings,
+            "the page's user turn".into(),
+            NoStudies {},
+        );
+        Ok(Finished { result: JobResult::Requested { report: Box::new(report), account: Deferred::encode(&account) }, cancelled })
     }
 }

@@ -171,6 +171,7 @@ impl RouterWorker {
             JobRequest::Serve { runs, tasks, trace, mode } => self.serve(&ticket, runs, tasks, trace, mode).await,
             JobRequest::Generate { conversation, params } => self.generate(&ticket, conversation, params).await,
             JobRequest::ServeGenerate { plan, output_lengths } => self.serve_generate(&ticket, plan, output_lengths).await,
+            JobRequest::Request { conversation, params, mode } => self.request(&ticket, conversation, params, mode).await,
             JobRequest::GemmProbe { m, k, n, repeats } => router::probe::gemm_probe(m, k, n, repeats, self.precision())
                 .map(|probe| Finished::complete(JobResult::GemmProbed(probe)))
                 .map_err(|e| e.to_string()),

@@ -327,7 +327,7 @@ fn protocol_line(protocol: &Protocol, mode: Option<&str>) -> String {
 }
 
 /// Where a bench ran (`described`: what ran): what a page may know about its machine.
-fn environment(started_unix_ms: u64, described: String) -> Environment {
+pub(crate) fn environment(started_unix_ms: u64, described: String) -> Environment {
     let global = js_sys::global();
     let navigator = Reflect::get(&global, &"navigator".into()).unwrap_or(JsValue::UNDEFINED);
     let text = |key: &str| Reflect::get(&navigator, &key.into()).ok().and_then(|v| v.as_string());

@@ -206,6 +206,14 @@ impl FinishReason {
             FinishReason::MaxTokens => "the token limit".into(),
         }
     }
+
+    /// OpenAI's `finish_reason`: `length` at the token limit, else `stop`.
+    pub fn openai(&self) -> &'static str {
+        match self {
+            FinishReason::MaxTokens => "length",
+            FinishReason::EndOfTurn { .. } | FinishReason::Stop { .. } => "stop",
+        }
+    }
 }
 
 /// One finished (or cancelled) generation, as the page and the CLI report it.

@@ -477,6 +477,17 @@ pub struct GenSummary {
 }
 
 impl GenSummary {
+    /// The measured requests not served, by outcome, in words (`None` when every one was).
+    pub fn losses(&self) -> Option<String> {
+        let lost = self.timed_out + self.rejected + self.failed + self.unfinished + self.cancelled;
+        (lost > 0).then(|| {
+            format!(
+                "{} timed out, {} rejected, {} failed, {} unfinished, {} cancelled",
+                self.timed_out, self.rejected, self.failed, self.unfinished, self.cancelled
+            )
+        })
+    }
+
     pub fn of(records: &[GenRecord], settings: &GenSettings) -> GenSummary {
         let measured: Vec<&GenRecord> = records.iter().filter(|r| !r.warmup).collect();
         let count = |o: GenOutcome| measured.iter().filter(|r| r.outcome == o).count();

@@ -11,6 +11,7 @@
 //! worker refuse work while busy with a typed [`Rejection`] the page can tell
 //! from a failure (a Load refused during a Decide is not a failed load).
 
+use bench::client_run::RequestAccount;
 use bench::decode_study::{GenerationPlan, GenerationRun};
 use bench::prefix::PrefixReport;
 use bench::quality::RoutedTask;
@@ -45,6 +46,7 @@ pub enum JobKind {
     Serve,
     Generate,
     ServeGenerate,
+    Request,
 }
 
 impl JobKind {
@@ -60,13 +62,23 @@ impl JobKind {
             JobKind::Serve => "the serving test",
             JobKind::Generate => "a generation",
             JobKind::ServeGenerate => "the serving test with generation",
+            JobKind::Request => "a routed request",
         }
     }
 
     /// Whether Cancel means anything: the long jobs check it between
     /// calls; a load, a decide and the probe are each one call.
     pub fn cancellable(self) -> bool {
-        matches!(self, JobKind::Bench | JobKind::Prefix | JobKind::Route | JobKind::Serve | JobKind::Generate | JobKind::ServeGenerate)
+        matches!(
+            self,
+            JobKind::Bench
+                | JobKind::Prefix
+                | JobKind::Route
+                | JobKind::Serve
+                | JobKind::Generate
+                | JobKind::ServeGenerate
+                | JobKind::Request
+        )
     }
 }
 
@@ -147,6 +159,17 @@ pub enum JobRequest {
     /// this worker's engine, requests drawn from the worker's task prompts
     /// with output lengths drawn from `output_lengths`.
     ServeGenerate { plan: Deferred<GenerationPlan>, output_lengths: Vec<usize> },
+    /// The whole request (the field guide's third boundary): `decide`
+    /// routes `conversation` (in `mode`, or the pool's default), then this
+    /// worker's engine, standing in for the chosen candidate, generates and
+    /// streams the answer ([`JobProgress::Routed`], then
+    /// [`JobProgress::Generated`] a token).
+    Request {
+        conversation: Conversation,
+        params: SamplingParams,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<String>,
+    },
 }
 
 impl JobRequest {
@@ -161,6 +184,7 @@ impl JobRequest {
             JobRequest::Serve { .. } => JobKind::Serve,
             JobRequest::Generate { .. } => JobKind::Generate,
             JobRequest::ServeGenerate { .. } => JobKind::ServeGenerate,
+            JobRequest::Request { .. } => JobKind::Request,
         }
     }
 }
@@ -337,6 +361,13 @@ pub enum JobProgress {
     },
     /// The generating serving test's state, at most every 100 ms.
     GenerationTick(GenerationTick),
+    /// A routed request's decide is done: the candidate chosen, which
+    /// model stands in for it here, and the decide's wall time.
+    Routed {
+        candidate: String,
+        served_by: String,
+        decide_ms: f64,
+    },
 }
 
 /// Where a generating serving test is: which run of how many, the
@@ -409,6 +440,13 @@ pub enum JobResult {
         precision: String,
         runs: Deferred<Vec<GenerationRun>>,
     },
+    /// A routed request ended (cancelled: the tokens so far, no finish
+    /// reason): the report's envelope for this page and the worker's
+    /// account of the request.
+    Requested {
+        report: Box<LatencyReport>,
+        account: Deferred<RequestAccount>,
+    },
 }
 
 impl JobResult {
@@ -424,6 +462,7 @@ impl JobResult {
             JobResult::Served { .. } => JobKind::Serve,
             JobResult::Generated(_) => JobKind::Generate,
             JobResult::ServedGeneration { .. } => JobKind::ServeGenerate,
+            JobResult::Requested { .. } => JobKind::Request,
         }
     }
 }

@@ -408,6 +408,7 @@ mod tests {
             JobKind::Serve,
             JobKind::Generate,
             JobKind::ServeGenerate,
+            JobKind::Request,
         ] {
             assert_eq!(session.can_start(kind), Err(Refusal::NoModel), "{kind:?}");
         }
@@ -460,7 +461,9 @@ mod tests {
             session.start(kind).unwrap();
             assert_eq!(session.request_cancel(), None, "{kind:?} is one call: nothing to cancel");
         }
-        for kind in [JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve, JobKind::Generate, JobKind::ServeGenerate] {
+        for kind in
+            [JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve, JobKind::Generate, JobKind::ServeGenerate, JobKind::Request]
+        {
             let mut session = ready();
             let id = session.start(kind).unwrap();
             session.apply(job(id, JobEvent::Started));

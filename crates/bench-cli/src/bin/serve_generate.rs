@@ -23,10 +23,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use bench::decode_study::{pd_timeline_svg, recorded_output_lengths, separation_lines, tradeoff_lines, tradeoff_svg, GenerationRun};
+use bench::decode_study::{pd_timeline_svg, separation_lines, tradeoff_lines, tradeoff_svg, GenerationRun};
 use bench::generation::{formula_bytes_per_token, generation_requests, kv_shape, payload_kv_bytes, RouterStepEngine};
 use bench_cli::cli::{usage, Progress};
-use bench_cli::{prompt_texts, read, Loaded, RouterFlags, DEFAULT_PROMPTS};
+use bench_cli::{LoadFlags, Loaded, RouterFlags};
 use clap::Parser;
 use router::generate::BLOCK_TOKENS;
 use router::sampling::SamplingParams;
@@ -40,9 +40,6 @@ use web_time::Instant;
 #[derive(Parser, Debug)]
 #[command(name = "serve-generate", version)]
 struct Args {
-    /// Arrival rates to run, requests a second (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    rates: Vec<f64>,
     /// How prefills mix with decodes: prefill-first, decode-first or chunked:N (tokens an iteration); comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "prefill-first,decode-first,chunked:64")]
     mixing: Vec<String>,
@@ -61,45 +58,17 @@ struct Args {
     /// Most sequences running at once.
     #[arg(long, default_value_t = 16)]
     max_running: usize,
-    /// Seconds of arrivals in a run.
-    #[arg(long, default_value_t = 30.0)]
-    duration: f64,
-    /// Seconds of arrivals at the start left out of the statistics.
-    #[arg(long, default_value_t = 5.0)]
-    warmup: f64,
-    /// Seconds after the last arrival before what is left is unfinished.
-    #[arg(long, default_value_t = 60.0)]
-    drain: f64,
     /// Seconds a request may wait to start before its client gives up.
     #[arg(long, default_value_t = 30.0)]
     timeout: f64,
-    /// Prompt tokens kept of each task (its text cut before the chat layout).
-    #[arg(long, default_value_t = 256)]
-    max_prompt_tokens: usize,
-    /// The cap on drawn output lengths (tokens).
-    #[arg(long, default_value_t = 64)]
-    max_new_cap: usize,
-    /// Time-to-first-token SLO for goodput, ms.
-    #[arg(long, default_value_t = 2000.0)]
-    ttft_slo_ms: f64,
-    /// Time-per-output-token SLO for goodput, ms.
-    #[arg(long, default_value_t = 200.0)]
-    tpot_slo_ms: f64,
-    /// The arrivals' and lengths' seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// The task prompts (JSONL with a `prompt` field).
-    #[arg(long, default_value = DEFAULT_PROMPTS)]
-    prompts: PathBuf,
-    /// The dataset's per-model results, for the output lengths.
-    #[arg(long, default_value = "data/coderouterbench/ood176_results_long.csv")]
-    results: PathBuf,
     /// Also write every run (records and iterations) as JSON here.
     #[arg(long)]
     out: Option<PathBuf>,
     /// No progress on stderr.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    load: LoadFlags,
     #[command(flatten)]
     router: RouterFlags,
 }
@@ -124,15 +93,8 @@ fn run(args: Args) -> Result<()> {
         "reserve" => Memory::Reserve,
         other => return Err(usage(format!("--memory {other}: use recompute or reserve"))),
     };
-    if let Some(bad) = args.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
-        return Err(usage(format!("--rates: {bad} is not a positive rate")));
-    }
-    if !(args.duration > args.warmup && args.warmup >= 0.0) {
-        return Err(usage("--duration must be longer than --warmup"));
-    }
-    let texts = prompt_texts(&args.prompts)?;
-    let results = String::from_utf8(read(&args.results, "--results")?).context("--results: not UTF-8")?;
-    let lengths = recorded_output_lengths(&results, args.max_new_cap).map_err(|e| anyhow::anyhow!("--results: {e}"))?;
+    args.load.check()?;
+    let (texts, lengths) = args.load.inputs()?;
     let Loaded { router, .. } = args.router.load()?;
     let h = &router.backbone.hparams;
     // The calculator's per-token bytes for this checkpoint, every layer
@@ -144,7 +106,7 @@ fn run(args: Args) -> Result<()> {
     let engine = RouterStepEngine::new(
         &router,
         &texts,
-        args.max_prompt_tokens,
+        args.load.max_prompt_tokens,
         SamplingParams { temperature: 0.8, top_p: 0.95, ..SamplingParams::default() },
     )
     .map_err(|e| anyhow::anyhow!(e))?;
@@ -157,36 +119,37 @@ fn run(args: Args) -> Result<()> {
         router.backbone.precision.label(&router.weight_type),
         args.kv_budget_mib,
         texts.len(),
-        args.max_prompt_tokens,
+        args.load.max_prompt_tokens,
         lengths.len(),
-        args.max_new_cap,
+        args.load.max_new_cap,
         memory.label(),
         args.max_running,
     );
     let mut plan: Vec<(f64, Mixing, Layout)> = Vec::new();
-    for &rate in &args.rates {
+    for &rate in &args.load.rates {
         for &mixing in &mixings {
             plan.extend(layouts.iter().map(|&layout| (rate, mixing, layout)));
         }
     }
-    let mut progress = Progress::new("serve-generate", plan.iter().map(|_| args.duration + args.drain / 4.0).collect(), args.quiet);
+    let mut progress =
+        Progress::new("serve-generate", plan.iter().map(|_| args.load.duration + args.load.drain / 4.0).collect(), args.quiet);
     let mut runs = Vec::new();
     for &(rate, mixing, layout) in &plan {
         progress.step(&format!("{rate} req/s, {}, {}", mixing.label(), layout.label()));
         let settings = GenSettings {
             batch: BatchSettings { budget_blocks, max_running: args.max_running, mixing, memory },
             timeout_ms: args.timeout * 1000.0,
-            warmup_ms: args.warmup * 1000.0,
-            drain_ms: args.drain * 1000.0,
-            ttft_slo_ms: args.ttft_slo_ms,
-            tpot_slo_ms: args.tpot_slo_ms,
+            warmup_ms: args.load.warmup * 1000.0,
+            drain_ms: args.load.drain * 1000.0,
+            ttft_slo_ms: args.load.ttft_slo_ms,
+            tpot_slo_ms: args.load.tpot_slo_ms,
         };
-        let requests = generation_requests(rate, args.duration, args.seed, &prompt_tokens, &lengths);
+        let requests = generation_requests(rate, args.load.duration, args.load.seed, &prompt_tokens, &lengths);
         // Every instance holds the same weights: one loaded router serves them all.
         let engines = (0..layout.instances()).map(|_| engine.clone()).collect();
         let cluster_settings = ClusterSettings { layout, link_gbit_per_s: args.link_gbit };
         let mut cluster =
-            Cluster::new(cluster_settings, settings, requests, args.duration * 1000.0, engines).map_err(|e| anyhow::anyhow!(e))?;
+            Cluster::new(cluster_settings, settings, requests, args.load.duration * 1000.0, engines).map_err(|e| anyhow::anyhow!(e))?;
         let started = Instant::now();
         let mut stopwatch = || started.elapsed().as_secs_f64() * 1000.0;
         while cluster.step(&mut stopwatch) != ClusterStep::Done {}
@@ -248,7 +211,6 @@ fn print_table(runs: &[GenerationRun]) {
         let s = &run.summary;
         let decode_rows: Vec<usize> = run.iterations.iter().map(|it| it.feeds.iter().filter(|f| !f.prefill).count()).collect();
         let mean_rows = decode_rows.iter().sum::<usize>() as f64 / decode_rows.len().max(1) as f64;
-        let lost = s.timed_out + s.rejected + s.failed + s.unfinished;
         println!(
             "{:>5}  {:<60} {:>4}/{:<4}  {}  {}  {}  {:>6.1}  {:>7.2}  {:>7}  {:>10.2}{}",
             run.rate_per_s,
@@ -262,11 +224,7 @@ fn print_table(runs: &[GenerationRun]) {
             s.goodput_per_s,
             s.preemptions,
             mean_rows,
-            if lost > 0 {
-                format!("  ({} timed out, {} rejected, {} failed, {} unfinished)", s.timed_out, s.rejected, s.failed, s.unfinished)
-            } else {
-                String::new()
-            }
+            s.losses().map(|l| format!("  ({l})")).unwrap_or_default()
         );
     }
 }

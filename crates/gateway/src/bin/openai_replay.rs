@@ -15,10 +15,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
-use bench::client_run::ClientRun;
-use bench::decode_study::recorded_output_lengths;
+use bench::client_run::{ClientRun, ClientStudy};
 use bench::generation::{cut_to_tokens, generation_requests};
-use bench_cli::{prompt_texts, read, DEFAULT_CHECKPOINT, DEFAULT_PROMPTS};
+use bench_cli::{read, LoadFlags, DEFAULT_CHECKPOINT};
 use clap::Parser;
 use cli_conventions::usage;
 use gateway::client::{first_model, replay, Planned, ReplaySettings};
@@ -39,30 +38,12 @@ struct Args {
     /// The `model` to ask each endpoint for, in --url's order (default: the first model each lists).
     #[arg(long = "model")]
     models: Vec<String>,
-    /// Arrival rates to run, requests a second (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    rates: Vec<f64>,
-    /// Seconds of arrivals in a run.
-    #[arg(long, default_value_t = 30.0)]
-    duration: f64,
-    /// Seconds of arrivals at the start left out of the statistics.
-    #[arg(long, default_value_t = 5.0)]
-    warmup: f64,
-    /// Seconds after the last arrival before what is still streaming is unfinished.
-    #[arg(long, default_value_t = 60.0)]
-    drain: f64,
     /// Seconds a request may wait for its first text before the client gives up (and closes its connection).
     #[arg(long, default_value_t = 30.0)]
     timeout: f64,
     /// Times a send is retried when the connection fails before any answer (each counted in the report).
     #[arg(long, default_value_t = 0)]
     retries: usize,
-    /// Prompt tokens kept of each task (cut by the reference tokenizer before the endpoint's chat template).
-    #[arg(long, default_value_t = 256)]
-    max_prompt_tokens: usize,
-    /// The cap on drawn output lengths (tokens).
-    #[arg(long, default_value_t = 64)]
-    max_new_cap: usize,
     /// Sampling temperature (serve-generate's).
     #[arg(long, default_value_t = 0.8)]
     temperature: f64,
@@ -72,28 +53,15 @@ struct Args {
     /// Let end-of-turn tokens end answers early (by default every request asks for exactly its drawn length with `ignore_eos`, as vLLM's and llama.cpp's servers accept).
     #[arg(long)]
     stop_at_eos: bool,
-    /// Time-to-first-token SLO for goodput, ms.
-    #[arg(long, default_value_t = 2000.0)]
-    ttft_slo_ms: f64,
-    /// Time-per-output-token SLO for goodput, ms.
-    #[arg(long, default_value_t = 200.0)]
-    tpot_slo_ms: f64,
-    /// The arrivals' and lengths' seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// The task prompts (JSONL with a `prompt` field).
-    #[arg(long, default_value = DEFAULT_PROMPTS)]
-    prompts: PathBuf,
-    /// The dataset's per-model results, for the output lengths.
-    #[arg(long, default_value = "data/coderouterbench/ood176_results_long.csv")]
-    results: PathBuf,
     /// The GGUF whose tokenizer cuts the prompts and counts their tokens (its weights are not used).
     #[arg(long, default_value = DEFAULT_CHECKPOINT)]
     tokenizer_checkpoint: PathBuf,
     /// A bearer token for the endpoints (default: the OPENAI_API_KEY variable, else none).
     #[arg(long)]
     api_key: Option<String>,
-    /// Also write every run (each request's client and server figures) as JSON here.
+    #[command(flatten)]
+    load: LoadFlags,
+    /// Also write a report (schema 5) whose `client` section holds every run, each request's client and server figures, here.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -103,14 +71,10 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
-    if let Some(bad) = args.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
-        return Err(usage(format!("--rates: {bad} is not a positive rate")));
-    }
-    if !(args.duration > args.warmup && args.warmup >= 0.0) {
-        return Err(usage("--duration must be longer than --warmup"));
-    }
-    if !(args.timeout > 0.0 && args.drain >= 0.0) {
-        return Err(usage("--timeout must be positive and --drain not negative"));
+    let started_unix_ms = bench_cli::unix_ms_now();
+    args.load.check()?;
+    if args.timeout.is_nan() || args.timeout <= 0.0 {
+        return Err(usage("--timeout must be positive"));
     }
     if args.models.len() > args.urls.len() {
         return Err(usage(format!("{} --model for {} --url: give at most one model per endpoint", args.models.len(), args.urls.len())));
@@ -120,15 +84,16 @@ fn run(args: Args) -> Result<()> {
             return Err(usage(format!("--url {url}: an http:// or https:// base URL")));
         }
     }
-    let texts = prompt_texts(&args.prompts)?;
-    let results = String::from_utf8(read(&args.results, "--results")?).context("--results: not UTF-8")?;
-    let lengths = recorded_output_lengths(&results, args.max_new_cap).map_err(|e| anyhow!("--results: {e}"))?;
+    let (texts, lengths) = args.load.inputs()?;
     let gguf = read(&args.tokenizer_checkpoint, "--tokenizer-checkpoint")?;
     let name = args.tokenizer_checkpoint.display().to_string();
     let checkpoint = Checkpoint::parse(&gguf, &name).with_context(|| format!("--tokenizer-checkpoint {name}"))?;
     let tokenizer = RouterTokenizer::from_gguf(&checkpoint).with_context(|| format!("--tokenizer-checkpoint {name}"))?;
-    let cut: Vec<&str> =
-        texts.iter().map(|t| cut_to_tokens(&tokenizer, t, args.max_prompt_tokens)).collect::<Result<_, _>>().map_err(|e| anyhow!(e))?;
+    let cut: Vec<&str> = texts
+        .iter()
+        .map(|t| cut_to_tokens(&tokenizer, t, args.load.max_prompt_tokens))
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow!(e))?;
     let prompt_tokens: Vec<usize> = cut
         .iter()
         .map(|t| tokenizer.encode(&Conversation::user(*t).generation_prompt(tokenizer.layout)).map(|ids| ids.len()))
@@ -147,25 +112,25 @@ fn run(args: Args) -> Result<()> {
     println!(
         "{} prompts cut at {} tokens by {} · output lengths from {} dataset rows, capped at {} · {} · open-loop Poisson arrivals, seed {} · the client runs on this machine beside any local endpoint",
         cut.len(),
-        args.max_prompt_tokens,
+        args.load.max_prompt_tokens,
         name,
         lengths.len(),
-        args.max_new_cap,
+        args.load.max_new_cap,
         if args.stop_at_eos { "answers may end at end-of-turn" } else { "every answer asks for exactly its drawn length (ignore_eos)" },
-        args.seed,
+        args.load.seed,
     );
     let settings = GenSettings {
         // The endpoint's scheduling is its own; the client knows its load only.
         batch: BatchSettings { budget_blocks: 0, max_running: 0, mixing: Mixing::PrefillFirst, memory: Memory::Recompute },
         timeout_ms: args.timeout * 1000.0,
-        warmup_ms: args.warmup * 1000.0,
-        drain_ms: args.drain * 1000.0,
-        ttft_slo_ms: args.ttft_slo_ms,
-        tpot_slo_ms: args.tpot_slo_ms,
+        warmup_ms: args.load.warmup * 1000.0,
+        drain_ms: args.load.drain * 1000.0,
+        ttft_slo_ms: args.load.ttft_slo_ms,
+        tpot_slo_ms: args.load.tpot_slo_ms,
     };
     let mut runs = Vec::new();
-    for &rate in &args.rates {
-        let trace = generation_requests(rate, args.duration, args.seed, &prompt_tokens, &lengths);
+    for &rate in &args.load.rates {
+        let trace = generation_requests(rate, args.load.duration, args.load.seed, &prompt_tokens, &lengths);
         let plan: Vec<Planned> = trace
             .iter()
             .map(|r| Planned {
@@ -178,15 +143,15 @@ fn run(args: Args) -> Result<()> {
             })
             .collect();
         for (url, model) in args.urls.iter().zip(&models) {
-            eprintln!("openai-replay: {rate} req/s against {url} ({} requests over {} s)", plan.len(), args.duration);
+            eprintln!("openai-replay: {rate} req/s against {url} ({} requests over {} s)", plan.len(), args.load.duration);
             let replay_settings = ReplaySettings {
                 model: model.clone(),
                 temperature: args.temperature,
                 top_p: args.top_p,
                 ignore_eos: !args.stop_at_eos,
                 ttft_timeout_ms: args.timeout * 1000.0,
-                end_ms: args.duration * 1000.0 + args.drain * 1000.0,
-                warmup_ms: args.warmup * 1000.0,
+                end_ms: args.load.duration * 1000.0 + args.load.drain * 1000.0,
+                warmup_ms: args.load.warmup * 1000.0,
                 retries: args.retries,
                 api_key: api_key.clone(),
             };
@@ -214,7 +179,15 @@ fn run(args: Args) -> Result<()> {
         }
     }
     if let Some(out) = &args.out {
-        std::fs::write(out, serde_json::to_string(&runs)?).with_context(|| format!("--out {}", out.display()))?;
+        // The shared report's envelope: the page reads it as any other.
+        let report = bench::Report::for_study(
+            bench_cli::native_environment(started_unix_ms),
+            bench::Provenance { checkpoint_file: name.clone(), ..bench::Provenance::default() },
+            router::LoadTimings::default(),
+            args.load.prompts.display().to_string(),
+            bench::report::Studies { client: Some(ClientStudy { requests: Vec::new(), runs }), ..bench::report::Studies::default() },
+        );
+        bench_cli::write_report(out, &report)?;
         println!("\nwrote {}", out.display());
     }
     Ok(())
@@ -241,7 +214,6 @@ fn print_table(runs: &[ClientRun]) {
         let s = &run.run.summary;
         let ttfc =
             Percentiles::of(run.requests.iter().filter(|r| !r.record.warmup).map(|r| r.first_content_ms.map(|c| c - r.record.arrival_ms)));
-        let lost = s.timed_out + s.rejected + s.failed + s.unfinished;
         // Tokens an answer had: an endpoint that ignores `ignore_eos` ends some early.
         let served: Vec<usize> =
             run.run.records.iter().filter(|r| !r.warmup && r.outcome == GenOutcome::Served).map(|r| r.tokens_out).collect();
@@ -260,11 +232,7 @@ fn print_table(runs: &[ClientRun]) {
             per_request,
             s.tokens_per_s,
             s.goodput_per_s,
-            if lost > 0 {
-                format!("  ({} timed out, {} rejected, {} failed, {} unfinished)", s.timed_out, s.rejected, s.failed, s.unfinished)
-            } else {
-                String::new()
-            }
+            s.losses().map(|l| format!("  ({l})")).unwrap_or_default()
         );
     }
 }
