@@ -2,22 +2,22 @@
 //! requests' table (the router's two boundaries, the worker's account on
 //! its clock, the page's own times), their timeline, and note 06's
 //! decomposition checked against the page's clock. Everything shown comes
-//! from a report's `client` section, computed by `bench::client_run`.
+//! from a report's `client` section, computed by `bench::client_run`; a
+//! report the load generator wrote shows its runs' table instead.
 
-use bench::client_run::{request_rows, request_timeline_svg, ClientRecord, ClientStudy, Decomposition, REQUEST_COLUMNS};
+use bench::client_run::{
+    request_rows, request_timeline_svg, run_rows, ClientRecord, ClientStudy, Decomposition, REQUEST_COLUMNS, RUN_COLUMNS,
+};
 use leptos::prelude::*;
 
 #[component]
 pub fn RequestView(study: ClientStudy) -> impl IntoView {
-    let rows = request_rows(&study.requests);
-    let timeline = request_timeline_svg(&study.requests);
-    let clients: Vec<ClientRecord> = study.requests.iter().map(|r| r.client.clone()).collect();
-    let lines = Decomposition::of(&clients).lines();
-    let runs = (!study.runs.is_empty()).then(|| {
-        view! { <p class="note">{format!("This report also holds {} load-generator runs (openai-replay): their tables are printed by the CLI.", study.runs.len())}</p> }
-    });
-    view! {
-        <div class="request-study" data-testid="request-study">
+    let requests = (!study.requests.is_empty()).then(|| {
+        let rows = request_rows(&study.requests);
+        let timeline = request_timeline_svg(&study.requests);
+        let clients: Vec<ClientRecord> = study.requests.iter().map(|r| r.client.clone()).collect();
+        let lines = Decomposition::of(&clients).lines();
+        view! {
             <div class="table-wrap">
                 <table class="bench-table" data-testid="request-table">
                     <thead><tr>{REQUEST_COLUMNS.iter().map(|h| view! { <th scope="col">{*h}</th> }).collect_view()}</tr></thead>
@@ -32,6 +32,28 @@ pub fn RequestView(study: ClientStudy) -> impl IntoView {
             <ul class="verdicts" data-testid="request-decomposition">
                 {lines.into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}
             </ul>
+        }
+    });
+    // The load generator's runs (openai-replay), when the report holds them.
+    let runs = (!study.runs.is_empty()).then(|| {
+        let rows = run_rows(&study.runs);
+        view! {
+            <h4>"Replayed against OpenAI-compatible endpoints (openai-replay), at the client"</h4>
+            <div class="table-wrap">
+                <table class="bench-table" data-testid="request-runs">
+                    <thead><tr>{RUN_COLUMNS.iter().map(|h| view! { <th scope="col">{*h}</th> }).collect_view()}</tr></thead>
+                    <tbody>
+                        {rows.into_iter().map(|row| view! {
+                            <tr>{row.into_iter().map(|cell| view! { <td>{cell}</td> }).collect_view()}</tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+        }
+    });
+    view! {
+        <div class="request-study" data-testid="request-study">
+            {requests}
             {runs}
         </div>
     }

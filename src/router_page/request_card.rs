@@ -11,6 +11,7 @@
 use bench::client_run::{ClientRecord, ClientStudy, PageRequest, RequestAccount};
 use bench::report::{Report, Studies};
 use leptos::prelude::*;
+use leptos::task::spawn_local;
 use router::sampling::{ParamError, SamplingForm};
 use router::Conversation;
 use serving::generation::{GenOutcome, GenRecord};
@@ -19,7 +20,8 @@ use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::generate_card::{checked_turn, sampling_field};
 use super::worker::Worker;
-use super::{Alert, NeedsModel, ReportActions};
+use super::{file_from_input, Alert, NeedsModel, ReportActions};
+use crate::browser;
 use crate::request_view::RequestView;
 
 /// The request in flight, on the page's clock: when it was sent, and when
@@ -157,6 +159,21 @@ pub fn RequestCard() -> impl IntoView {
     };
     let running = move || worker.running.get() == Some(JobKind::Request);
     let field = move |name, label, get, set| sampling_field(state.form, state.refused, "req", name, label, get, set);
+    // A report `openai-replay --out` wrote: its runs beside this page's requests.
+    let opened = RwSignal::new(None::<Result<ClientStudy, String>>);
+    let open_report = move |ev: leptos::ev::Event| {
+        let Some(file) = file_from_input(&ev) else { return };
+        spawn_local(async move {
+            let name = file.name();
+            let study = match browser::read_file_text(file).await {
+                Ok(text) => bench::share::parse_report::<Studies>(&text, &name).and_then(|report| {
+                    report.studies.client.ok_or_else(|| format!("{name} holds no client section (openai-replay --out writes one)"))
+                }),
+                Err(e) => Err(format!("{name}: {e}")),
+            };
+            opened.set(Some(study));
+        });
+    };
     let routed = move || {
         state.seen.with(|s| s.routed.clone()).map(|(candidate, served_by, decide_ms)| {
             view! {
@@ -193,6 +210,13 @@ pub fn RequestCard() -> impl IntoView {
             </div>
             {routed}
             <pre class="generated" data-testid="req-output" aria-live="polite">{move || state.seen.with(|s| s.text.clone())}</pre>
+            <label class="field">"Open a report from openai-replay --out (its runs against OpenAI-compatible endpoints, at the client)"
+                <input type="file" accept=".json,application/json" data-testid="req-open" on:change=open_report/>
+            </label>
+            {move || opened.get().map(|study| match study {
+                Ok(study) => view! { <RequestView study=study/> }.into_any(),
+                Err(e) => view! { <p class="problem" role="alert" data-testid="req-open-error">{e}</p> }.into_any(),
+            })}
             {move || state.report.get().map(|report| {
                 let study = report.studies.client.clone().unwrap_or_default();
                 view! {

@@ -844,6 +844,15 @@ test('the whole request: decide routes, the worker streams the answer, each boun
     content: svg.querySelectorAll('line.first-content').length,
   }));
   assert.ok(figure.decide === 2 && figure.prompt === 2 && figure.tokens >= 2 && figure.content === 2, JSON.stringify(figure));
+  // A report openai-replay wrote (the committed record): its runs beside the page's requests.
+  const replayed = JSON.parse(await readFile(join(root, 'reports/client.json'), 'utf8'));
+  await page.getByTestId('req-open').setInputFiles(join(root, 'reports/client.json'));
+  await page.getByTestId('request-runs').waitFor();
+  assert.equal(await page.locator('[data-testid=request-runs] tbody tr').count(), replayed.client.runs.length);
+  // A file that is not such a report is named; the page's own requests stay.
+  await page.getByTestId('req-open').setInputFiles({ name: 'nonsense.json', mimeType: 'application/json', buffer: Buffer.from('[1, 2]') });
+  assert.match(await text(page, 'req-open-error'), /nonsense\.json/);
+  assert.equal(await page.locator('[data-testid=request-table] tbody tr').count(), 2);
   await page.getByTestId('req-share').click();
   const link = await page.getByTestId('req-share-link').getAttribute('href');
   await screenshot(page, 'router-request');

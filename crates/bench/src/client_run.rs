@@ -298,6 +298,47 @@ pub fn request_rows(requests: &[PageRequest]) -> Vec<Vec<String>> {
     requests.iter().map(PageRequest::cells).collect()
 }
 
+/// The columns of the load generator's runs, as the page shows a report
+/// that holds them.
+pub const RUN_COLUMNS: [&str; 9] = [
+    "endpoint",
+    "model",
+    "req/s",
+    "served",
+    "TTFT p50 / p95 ms",
+    "first content p50 / p95 ms",
+    "ITL p50 / p95 ms",
+    "tokens/s",
+    "sums within tolerance",
+];
+
+/// The load generator's runs, a row each (the client's figures; the
+/// decomposition where the endpoint gave its account).
+pub fn run_rows(runs: &[ClientRun]) -> Vec<Vec<String>> {
+    let ms = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.0}"));
+    let pair = |p: &Percentiles| format!("{} / {}", ms(p.p50), ms(p.p95));
+    runs.iter()
+        .map(|run| {
+            let s = &run.run.summary;
+            let ttfc = Percentiles::of(
+                run.requests.iter().filter(|r| !r.record.warmup).map(|r| r.first_content_ms.map(|c| c - r.record.arrival_ms)),
+            );
+            let d = &run.decomposition;
+            vec![
+                run.endpoint.clone(),
+                run.model.clone(),
+                run.run.rate_per_s.to_string(),
+                format!("{} of {}", s.served, s.measured),
+                pair(&s.ttft_ms),
+                pair(&ttfc),
+                pair(&s.itl_ms),
+                format!("{:.1}", s.tokens_per_s),
+                if d.checked == 0 { "no server account".into() } else { format!("{} of {}", d.within, d.checked) },
+            ]
+        })
+        .collect()
+}
+
 /// The whole request at the client, in a report (schema 5): the page's
 /// routed requests, and `openai-replay`'s runs when a report carries them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -480,5 +521,8 @@ mod tests {
         let back: ClientRun = serde_json::from_str(&serde_json::to_string(&run).unwrap()).unwrap();
         assert_eq!(back, run);
         assert_eq!(run.run.summary.served, 1);
+        let rows = run_rows(&[run]);
+        assert_eq!(rows[0].len(), RUN_COLUMNS.len());
+        assert_eq!((rows[0][3].as_str(), rows[0][8].as_str()), ("1 of 1", "1 of 1"));
     }
 }
