@@ -41,6 +41,30 @@ pub struct Comparison {
     pub report: Report,
 }
 
+/// A table of text cells under a header row, in its scrolling wrapper
+/// (`data-testid` = `id`); cells are right-aligned figures unless `text`.
+#[component]
+pub fn CellTable(
+    id: &'static str,
+    columns: &'static [&'static str],
+    rows: Vec<Vec<String>>,
+    #[prop(default = false)] text: bool,
+) -> impl IntoView {
+    let class = if text { "" } else { "num" };
+    view! {
+        <div class="table-wrap">
+            <table class="bench-table" data-testid=id>
+                <thead><tr>{columns.iter().map(|h| view! { <th scope="col">{*h}</th> }).collect_view()}</tr></thead>
+                <tbody>
+                    {rows.into_iter().map(|row| view! {
+                        <tr>{row.into_iter().map(|cell| view! { <td class=class>{cell}</td> }).collect_view()}</tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+}
+
 /// The table, conditions, boundaries, plot, breakdown and provenance.
 #[component]
 pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<Comparison>) -> impl IntoView {
@@ -95,16 +119,7 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<C
     let serve = report.studies.serve.clone().map(|study| view! { <crate::serve_view::ServeView study=study/> });
     let requests = report.studies.client.clone().map(|study| view! { <crate::request_view::RequestView study=study/> });
     let latency = (!report.results.is_empty()).then(|| view! {
-        <div class="table-wrap">
-            <table class="bench-table" data-testid="bench-table">
-                <thead><tr>{TABLE_HEADER.iter().map(|h| view! { <th scope="col">{*h}</th> }).collect_view()}</tr></thead>
-                <tbody>
-                    {rows.into_iter().map(|row| view! {
-                        <tr>{row.into_iter().map(|cell| view! { <td class="num">{cell}</td> }).collect_view()}</tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <CellTable id="bench-table" columns=&TABLE_HEADER rows=rows.into_iter().map(Vec::from).collect()/>
         <p class="conditions" data-testid="bench-conditions">{report.conditions()}</p>
         {(!boundaries.is_empty()).then(|| view! {
             <p class="boundaries" data-testid="bench-boundaries">

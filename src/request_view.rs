@@ -10,6 +10,8 @@ use bench::client_run::{
 };
 use leptos::prelude::*;
 
+use crate::report_view::CellTable;
+
 #[component]
 pub fn RequestView(study: ClientStudy) -> impl IntoView {
     let requests = (!study.requests.is_empty()).then(|| {
@@ -18,16 +20,7 @@ pub fn RequestView(study: ClientStudy) -> impl IntoView {
         let clients: Vec<ClientRecord> = study.requests.iter().map(|r| r.client.clone()).collect();
         let lines = Decomposition::of(&clients).lines();
         view! {
-            <div class="table-wrap">
-                <table class="bench-table" data-testid="request-table">
-                    <thead><tr>{REQUEST_COLUMNS.iter().map(|h| view! { <th scope="col">{*h}</th> }).collect_view()}</tr></thead>
-                    <tbody>
-                        {rows.into_iter().map(|row| view! {
-                            <tr>{row.into_iter().map(|cell| view! { <td class="num">{cell}</td> }).collect_view()}</tr>
-                        }).collect_view()}
-                    </tbody>
-                </table>
-            </div>
+            <CellTable id="request-table" columns=&REQUEST_COLUMNS rows=rows/>
             <figure class="plot" data-testid="request-timeline" inner_html=timeline></figure>
             <ul class="verdicts" data-testid="request-decomposition">
                 {lines.into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}
@@ -39,16 +32,7 @@ pub fn RequestView(study: ClientStudy) -> impl IntoView {
         let rows = run_rows(&study.runs);
         view! {
             <h4>"Replayed against OpenAI-compatible endpoints (openai-replay), at the client"</h4>
-            <div class="table-wrap">
-                <table class="bench-table" data-testid="request-runs">
-                    <thead><tr>{RUN_COLUMNS.iter().map(|h| view! { <th scope="col">{*h}</th> }).collect_view()}</tr></thead>
-                    <tbody>
-                        {rows.into_iter().map(|row| view! {
-                            <tr>{row.into_iter().map(|cell| view! { <td>{cell}</td> }).collect_view()}</tr>
-                        }).collect_view()}
-                    </tbody>
-                </table>
-            </div>
+            <CellTable id="request-runs" columns=&RUN_COLUMNS rows=rows text=true/>
         }
     });
     view! {
