@@ -6,7 +6,7 @@
 //! report the load generator wrote shows its runs' table instead.
 
 use bench::client_run::{
-    request_rows, request_timeline_svg, run_rows, ClientRecord, ClientStudy, Decomposition, REQUEST_COLUMNS, RUN_COLUMNS,
+    request_rows, request_timeline_svg, run_rows, runs_svg, ClientRecord, ClientStudy, Decomposition, REQUEST_COLUMNS, RUN_COLUMNS,
 };
 use leptos::prelude::*;
 
@@ -30,9 +30,11 @@ pub fn RequestView(study: ClientStudy) -> impl IntoView {
     // The load generator's runs (openai-replay), when the report holds them.
     let runs = (!study.runs.is_empty()).then(|| {
         let rows = run_rows(&study.runs);
+        let figure = runs_svg(&study.runs);
         view! {
             <h4>"Replayed against OpenAI-compatible endpoints (openai-replay), at the client"</h4>
             <CellTable id="request-runs" columns=&RUN_COLUMNS rows=rows text=true/>
+            <figure class="plot" data-testid="request-runs-plot" inner_html=figure></figure>
         }
     });
     view! {

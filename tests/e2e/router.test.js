@@ -849,6 +849,8 @@ test('the whole request: decide routes, the worker streams the answer, each boun
   await page.getByTestId('req-open').setInputFiles(join(root, 'reports/client.json'));
   await page.getByTestId('request-runs').waitFor();
   assert.equal(await page.locator('[data-testid=request-runs] tbody tr').count(), replayed.client.runs.length);
+  const plotted = await page.locator('[data-testid=request-runs-plot] svg').textContent();
+  for (const run of replayed.client.runs) assert.ok(plotted.includes(run.endpoint), `${run.endpoint} is a line of the figure`);
   // A file that is not such a report is named; the page's own requests stay.
   await page.getByTestId('req-open').setInputFiles({ name: 'nonsense.json', mimeType: 'application/json', buffer: Buffer.from('[1, 2]') });
   assert.match(await text(page, 'req-open-error'), /nonsense\.json/);

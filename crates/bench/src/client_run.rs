@@ -339,6 +339,33 @@ pub fn run_rows(runs: &[ClientRun]) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The replayed runs side by side: TTFT p95 at the client against the
+/// arrival rate, a line per endpoint (a rate whose p95 fell on a request
+/// never served is left out: the table says "–" there).
+pub fn runs_svg(runs: &[ClientRun]) -> String {
+    let mut endpoints: Vec<(&str, &str)> = Vec::new();
+    for run in runs {
+        if !endpoints.contains(&(run.endpoint.as_str(), run.model.as_str())) {
+            endpoints.push((&run.endpoint, &run.model));
+        }
+    }
+    let series: Vec<crate::svg::PlotSeries> = endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, (endpoint, model))| crate::svg::PlotSeries {
+            label: format!("{endpoint} ({model})"),
+            class: format!("{}", i % 8),
+            points: runs
+                .iter()
+                .filter(|r| (r.endpoint.as_str(), r.model.as_str()) == (*endpoint, *model))
+                .filter_map(|r| r.run.summary.ttft_ms.p95.map(|p95| (r.run.rate_per_s, p95 / 1000.0, None)))
+                .collect(),
+            line: true,
+        })
+        .collect();
+    crate::svg::plot_svg("TTFT p95 at the client, by endpoint", "arrival rate (requests/s)", "TTFT p95 (s)", &series)
+}
+
 /// The whole request at the client, in a report (schema 5): the page's
 /// routed requests, and `openai-replay`'s runs when a report carries them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -521,6 +548,8 @@ mod tests {
         let back: ClientRun = serde_json::from_str(&serde_json::to_string(&run).unwrap()).unwrap();
         assert_eq!(back, run);
         assert_eq!(run.run.summary.served, 1);
+        let hostile = r#"<script>"x'"#;
+        crate::svg::assert_inert(&runs_svg(&[ClientRun { endpoint: hostile.into(), ..run.clone() }]), hostile);
         let rows = run_rows(&[run]);
         assert_eq!(rows[0].len(), RUN_COLUMNS.len());
         assert_eq!((rows[0][3].as_str(), rows[0][8].as_str()), ("1 of 1", "1 of 1"));
