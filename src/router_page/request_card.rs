@@ -9,7 +9,7 @@
 //! accumulate into one table, one timeline, one export and share link.
 
 use bench::client_run::{ClientRecord, ClientStudy, PageRequest, RequestAccount};
-use bench::report::{Report, Studies};
+use bench::report::{LatencyReport, Studies};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use router::sampling::{ParamError, SamplingForm};
@@ -54,8 +54,9 @@ struct RequestState {
     in_flight: StoredValue<Option<InFlight>>,
     seen: RwSignal<Seen>,
     requests: RwSignal<Vec<PageRequest>>,
-    /// The envelope of the last request's report, holding every request so far.
-    report: RwSignal<Option<Report>>,
+    /// The last request's report envelope (where and on what it ran); the
+    /// report shown and shared is it with every request so far.
+    envelope: RwSignal<Option<LatencyReport>>,
     alert: Alert,
 }
 
@@ -92,7 +93,7 @@ impl RequestState {
     }
 
     /// The request's record on the page's clock, beside the worker's account.
-    fn finish(self, end_ms: f64, report: bench::report::LatencyReport, account: RequestAccount, cancelled: bool) {
+    fn finish(self, end_ms: f64, envelope: LatencyReport, account: RequestAccount, cancelled: bool) {
         let Some(flight) = self.in_flight.get_value() else { return };
         let seen = self.seen.get_untracked();
         let id = self.requests.with_untracked(Vec::len) as u64;
@@ -126,8 +127,7 @@ impl RequestState {
         };
         let request = PageRequest { prompt_chars: flight.prompt_chars, encode_scores_ms: account.encode_scores_ms, client };
         self.requests.update(|all| all.push(request));
-        let study = ClientStudy { requests: self.requests.get_untracked(), runs: Vec::new() };
-        self.report.set(Some(report.with_studies(Studies { client: Some(study), ..Studies::default() })));
+        self.envelope.set(Some(envelope));
         self.in_flight.set_value(None);
     }
 }
@@ -143,7 +143,7 @@ pub fn RequestCard() -> impl IntoView {
         in_flight: StoredValue::new(None),
         seen: RwSignal::new(Seen::default()),
         requests: RwSignal::new(Vec::new()),
-        report: RwSignal::new(None),
+        envelope: RwSignal::new(None),
         alert,
     };
     worker.on_job(JobKind::Request, move |event| state.apply(event));
@@ -217,8 +217,9 @@ pub fn RequestCard() -> impl IntoView {
                 Ok(study) => view! { <RequestView study=study/> }.into_any(),
                 Err(e) => view! { <p class="problem" role="alert" data-testid="req-open-error">{e}</p> }.into_any(),
             })}
-            {move || state.report.get().map(|report| {
-                let study = report.studies.client.clone().unwrap_or_default();
+            {move || state.envelope.get().map(|envelope| {
+                let study = ClientStudy { requests: state.requests.get(), runs: Vec::new() };
+                let report = envelope.with_studies(Studies { client: Some(study.clone()), ..Studies::default() });
                 view! {
                     <RequestView study=study/>
                     <ReportActions report=report file="router-requests.browser.json" id="req"/>

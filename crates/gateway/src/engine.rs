@@ -54,7 +54,6 @@ pub struct Submission {
 
 /// A request the engine took: its stream of events.
 pub struct Accepted {
-    pub prompt_tokens: usize,
     pub routed: Option<Routed>,
     pub decide_ms: Option<f64>,
     pub events: mpsc::UnboundedReceiver<Event>,
@@ -90,6 +89,11 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Nothing served yet, over a budget of `budget_blocks`.
+    fn new(budget_blocks: usize) -> Metrics {
+        Metrics { kv_blocks_total: budget_blocks, block_tokens: router::generate::BLOCK_TOKENS, ..Metrics::default() }
+    }
+
     /// Prometheus's text format.
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
@@ -163,11 +167,7 @@ impl EngineHandle {
 /// dropped, then ends what is left as unfinished.
 pub fn start(router: Router, config: EngineConfig) -> (EngineHandle, JoinHandle<()>) {
     let (submissions, inbox) = std::sync::mpsc::channel();
-    let metrics = Arc::new(Mutex::new(Metrics {
-        kv_blocks_total: config.gen.batch.budget_blocks,
-        block_tokens: router::generate::BLOCK_TOKENS,
-        ..Metrics::default()
-    }));
+    let metrics = Arc::new(Mutex::new(Metrics::new(config.gen.batch.budget_blocks)));
     let shared = metrics.clone();
     let thread = std::thread::Builder::new()
         .name("engine".into())
@@ -235,7 +235,7 @@ fn run(router: &Router, config: &EngineConfig, inbox: &Receiver<Submission>, met
     let mut server: GenServer<Streams> = GenServer::open(config.gen, f64::INFINITY);
     let mut streams = Streams { router, started, clients: HashMap::new() };
     let mut last = GenStep::IdleUntil(f64::INFINITY);
-    let mut counters = Metrics { kv_blocks_total: config.gen.batch.budget_blocks, ..Metrics::default() };
+    let mut counters = Metrics::new(config.gen.batch.budget_blocks);
     loop {
         let now = streams.now_ms();
         // Wait for work only when there is none to do.
@@ -268,7 +268,6 @@ fn run(router: &Router, config: &EngineConfig, inbox: &Receiver<Submission>, met
         counters.waiting = waiting;
         counters.kv_blocks_in_use = server.blocks_in_use();
         counters.preemptions_total = server.preemptions() as u64;
-        counters.block_tokens = router::generate::BLOCK_TOKENS;
         if let Ok(mut shared) = metrics.lock() {
             *shared = counters.clone();
         }
@@ -350,7 +349,7 @@ fn admit(
     let (events, receiver) = mpsc::unbounded_channel();
     let prompt_tokens = sequence.0.prompt_len();
     let max_new_tokens = sequence.0.params().max_new_tokens;
-    let accepted = Accepted { prompt_tokens, routed: routed.clone(), decide_ms, events: receiver };
+    let accepted = Accepted { routed: routed.clone(), decide_ms, events: receiver };
     if reply.send(Ok(accepted)).is_err() {
         // The handler is gone already: nothing to serve.
         return;

@@ -28,7 +28,7 @@ use web_time::Instant;
 
 use crate::engine::{Accepted, EngineHandle, Event, Submission};
 use crate::openai::{
-    ApiError, ChatChunk, ChatCompletion, ChatRequest, Checked, Choice, ChunkChoice, Defaults, Delta, ModelCard, ModelList, ResponseMessage,
+    ApiError, ChatChunk, ChatCompletion, ChatRequest, Choice, ChunkChoice, Defaults, Delta, ModelCard, ModelList, ResponseMessage,
 };
 
 /// What every handler shares.
@@ -133,7 +133,8 @@ async fn serve(
     let id = state.next_id.fetch_add(1, Ordering::Relaxed);
     let checked = request.check(state.defaults, id)?;
     let (reply, accepted) = tokio::sync::oneshot::channel();
-    let submission = Submission { id, checked: checked.clone(), auto, received, reply };
+    let (stream, include_usage) = (checked.stream, checked.include_usage);
+    let submission = Submission { id, checked, auto, received, reply };
     let stopped = || ApiError::server(503, "the engine has stopped", "engine_stopped");
     if !state.engine.submit(submission) {
         return Err(stopped());
@@ -152,8 +153,8 @@ async fn serve(
     }
     let model = state.model_id.clone();
     let completion_id = format!("chatcmpl-{id}");
-    if checked.stream {
-        let events = event_stream(accepted, checked, completion_id, model);
+    if stream {
+        let events = event_stream(accepted, include_usage, completion_id, model);
         // Comments every few seconds keep proxies from closing a queued
         // request's quiet connection (clients ignore them).
         let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(5)));
@@ -187,13 +188,17 @@ async fn collect(mut accepted: Accepted, id: String, model: String) -> Result<Ch
             Event::Failed(e) => return Err(e),
         }
     }
-    Err(ApiError::server(503, "the engine stopped mid-request", "engine_stopped"))
+    Err(stopped_mid_request())
+}
+
+fn stopped_mid_request() -> ApiError {
+    ApiError::server(503, "the engine stopped mid-request", "engine_stopped")
 }
 
 /// The engine's events as OpenAI's chunks: the role header with the first
 /// token, a chunk for each token that released text, the finish reason
 /// with this server's account, the usage if asked, then `[DONE]`.
-fn event_stream(accepted: Accepted, checked: Checked, id: String, model: String) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+fn event_stream(accepted: Accepted, include_usage: bool, id: String, model: String) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let chunk = move |delta: Delta, finish_reason: Option<String>| ChatChunk {
         id: id.clone(),
         object: "chat.completion.chunk".into(),
@@ -205,7 +210,6 @@ fn event_stream(accepted: Accepted, checked: Checked, id: String, model: String)
         error: None,
     };
     let data = |c: &ChatChunk| SseEvent::default().data(serde_json::to_string(c).unwrap_or_default());
-    let include_usage = checked.include_usage;
     let state = (accepted.events, false, false);
     stream::unfold(state, move |(mut events, mut opened, ended)| {
         let chunk = chunk.clone();
@@ -214,8 +218,10 @@ fn event_stream(accepted: Accepted, checked: Checked, id: String, model: String)
                 return None;
             }
             let mut out = Vec::new();
-            let finished = match events.recv().await {
-                Some(Event::Token(text)) => {
+            // A channel closed without its last event: the engine stopped.
+            let event = events.recv().await.unwrap_or_else(|| Event::Failed(stopped_mid_request()));
+            let finished = match event {
+                Event::Token(text) => {
                     if !opened {
                         opened = true;
                         out.push(data(&chunk(Delta { role: Some("assistant".into()), content: Some(String::new()) }, None)));
@@ -225,7 +231,7 @@ fn event_stream(accepted: Accepted, checked: Checked, id: String, model: String)
                     }
                     false
                 }
-                Some(Event::Done { finish_reason, usage, timings }) => {
+                Event::Done { finish_reason, usage, timings } => {
                     let mut last = chunk(Delta::default(), Some(finish_reason.into()));
                     last.workbench = Some(timings);
                     out.push(data(&last));
@@ -237,17 +243,10 @@ fn event_stream(accepted: Accepted, checked: Checked, id: String, model: String)
                     }
                     true
                 }
-                Some(Event::Failed(error)) => {
+                Event::Failed(error) => {
                     let mut failed = chunk(Delta::default(), None);
                     failed.choices.clear();
                     failed.error = Some(error);
-                    out.push(data(&failed));
-                    true
-                }
-                None => {
-                    let mut failed = chunk(Delta::default(), None);
-                    failed.choices.clear();
-                    failed.error = Some(ApiError::server(503, "the engine stopped mid-request", "engine_stopped"));
                     out.push(data(&failed));
                     true
                 }

@@ -187,15 +187,9 @@ impl RouterWorker {
         let started_unix_ms = now_ms() as u64;
         let taken = web_time::Instant::now();
         let since = move || taken.elapsed().as_secs_f64() * 1000.0;
-        if let Some(mode) = mode.filter(|m| !router.pool.modes.contains_key(*m)) {
-            return Err(format!("mode: the pool has no mode {mode:?}"));
-        }
         let decision = router.decide(conversation, mode).map_err(|e| e.to_string())?;
         let decide_ms = since();
-        let t = &decision.timings;
-        // The microbenchmark's boundary inside this decide: all but mode
-        // resolution, assembly, cost and ranking.
-        let encode_scores_ms = t.total_ms - t.mode_ms - t.assemble_ms - t.cost_ms - t.rank_ms;
+        let encode_scores_ms = decision.timings.encode_and_score_ms();
         let routed =
             Routed { candidate: decision.ranked.first().map(|r| r.id.clone()).unwrap_or_default(), served_by: loaded.file_name.clone() };
         self.progress(ticket, JobProgress::Routed { candidate: routed.candidate.clone(), served_by: routed.served_by.clone(), decide_ms });

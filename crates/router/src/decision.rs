@@ -84,6 +84,14 @@ pub struct StageTimings {
     pub total_ms: f64,
 }
 
+impl StageTimings {
+    /// The microbenchmark's boundary inside a decide (`encode_and_score`):
+    /// the whole call less mode resolution, assembly, cost and ranking.
+    pub fn encode_and_score_ms(&self) -> f64 {
+        self.total_ms - self.mode_ms - self.assemble_ms - self.cost_ms - self.rank_ms
+    }
+}
+
 /// One ranked candidate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ranked {
