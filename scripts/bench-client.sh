@@ -46,7 +46,7 @@ for model in "$PEERS/models/SmolLM2-135M-Instruct.Q4_0.gguf" "$SOURCE" "$PEERS/m
   # One request at a time is this server's design; interrupt_requests off
   # lets a request wait its turn instead of cutting off the one streaming.
   "$PEERS/venv/bin/python" -m llama_cpp.server --model "$model" --n_ctx 8192 --n_threads "$threads" --n_threads_batch "$threads" \
-    --flash_attn true --interrupt_requests false --port $port >"$PEERS/llama-server-$port.log" 2>&1 &
+    --flash_attn true --interrupt_requests false --host 127.0.0.1 --port $port >"$PEERS/llama-server-$port.log" 2>&1 &
   pids+=($!)
   urls+=(--url http://127.0.0.1:$port)
   port=$((port + 1))
