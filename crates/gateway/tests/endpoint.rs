@@ -250,7 +250,8 @@ async fn auto_is_routed_and_says_what_it_chose() {
 
 /// The load generator against the endpoint: every planned request gets a
 /// record, the served ones carry the server's account, and that account
-/// sums to the client's time to first content within the tolerance.
+/// lies inside the client's time to first content, short of it by the
+/// tolerance at the median.
 /// Requests whose first text cannot come in time are timed out at the
 /// client, and the server frees them.
 #[tokio::test]
@@ -294,7 +295,18 @@ async fn the_load_generator_accounts_for_every_request() {
         println!("{line}");
     }
     assert_eq!(d.checked, plan.len());
-    assert_eq!(d.within, d.checked, "{:?}", records.iter().map(|r| r.unaccounted_ms()).collect::<Vec<_>>());
+    // The server's interval lies inside the client's (it starts after the
+    // request is read and ends before the token is sent), so its sum can
+    // never exceed the client's time to first content: a part counted
+    // twice, or a clock read in the wrong place, breaks this for every
+    // request. How far inside is transport and scheduling, which a loaded
+    // 2-core CI machine stretches now and then (11 ms once): so one
+    // request past the tolerance is noise, while a part missing from the
+    // account (T_queue's tens of ms) moves the median.
+    let gaps: Vec<f64> = records.iter().filter_map(|r| r.unaccounted_ms()).collect();
+    assert!(gaps.iter().all(|&gap| gap >= -0.5), "the server's account exceeds the client's clock: {gaps:?}");
+    let median = d.unaccounted_ms.p50.expect("a median over 8 requests");
+    assert!(median <= Decomposition::tolerance_ms(0.0), "median unaccounted {median:.1} ms: {gaps:?}");
 }
 
 /// A request whose first text cannot come before the client's timeout (a
