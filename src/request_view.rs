@@ -31,8 +31,13 @@ pub fn RequestView(study: ClientStudy) -> impl IntoView {
     let runs = (!study.runs.is_empty()).then(|| {
         let rows = run_rows(&study.runs);
         let figure = runs_svg(&study.runs);
+        // Reports before the trace flag carry no source: theirs were Poisson.
+        let arrivals = match study.arrivals.as_deref() {
+            None | Some("poisson") => "open-loop Poisson arrivals from the seed".to_string(),
+            Some(trace) => format!("the trace {trace}, replayed as written"),
+        };
         view! {
-            <h4>"Replayed against OpenAI-compatible endpoints (openai-replay), at the client"</h4>
+            <h4>"Replayed against OpenAI-compatible endpoints (openai-replay), at the client: " {arrivals}</h4>
             <CellTable id="request-runs" columns=&RUN_COLUMNS rows=rows text=true/>
             <figure class="plot" data-testid="request-runs-plot" inner_html=figure></figure>
         }

@@ -218,7 +218,7 @@ pub fn RequestCard() -> impl IntoView {
                 Err(e) => view! { <p class="problem" role="alert" data-testid="req-open-error">{e}</p> }.into_any(),
             })}
             {move || state.envelope.get().map(|envelope| {
-                let study = ClientStudy { requests: state.requests.get(), runs: Vec::new() };
+                let study = ClientStudy { requests: state.requests.get(), runs: Vec::new(), arrivals: None };
                 let report = envelope.with_studies(Studies { client: Some(study.clone()), ..Studies::default() });
                 view! {
                     <RequestView study=study/>

@@ -79,6 +79,64 @@ pub struct LoadFlags {
     /// The dataset's per-model results, for the output lengths.
     #[arg(long, default_value = "data/coderouterbench/ood176_results_long.csv")]
     pub results: PathBuf,
+    /// A trace to replay instead of Poisson arrivals: JSON lines {"at_ms", "task" (a task_id of --prompts) or "conversation" (one user turn), optional "max_tokens"}; the run lasts to its last arrival.
+    #[arg(long, conflicts_with_all = ["rates", "duration"])]
+    pub trace: Option<PathBuf>,
+}
+
+/// What a generating load sends, read: the texts, the output lengths to
+/// draw from, and a trace file's arrivals when one was given.
+pub struct LoadInputs {
+    pub texts: Vec<String>,
+    pub lengths: Vec<usize>,
+    pub trace: Option<bench::generation::GenerationTrace>,
+}
+
+/// One run of the load: its rate (a trace's arrivals over its length),
+/// how long arrivals come, and its requests.
+pub struct LoadRun {
+    pub rate_per_s: f64,
+    pub duration_s: f64,
+    pub requests: Vec<serving::generation::GenRequest>,
+}
+
+impl LoadInputs {
+    /// The runs: one a rate from the seed, or the trace's one. A trace
+    /// whose arrivals all fall inside the warm-up would measure nothing,
+    /// and is refused.
+    pub fn runs(&self, flags: &LoadFlags, prompt_tokens: &[usize]) -> Result<Vec<LoadRun>> {
+        let Some(trace) = &self.trace else {
+            return Ok(flags
+                .rates
+                .iter()
+                .map(|&rate| LoadRun {
+                    rate_per_s: rate,
+                    duration_s: flags.duration,
+                    requests: bench::generation::generation_requests(rate, flags.duration, flags.seed, prompt_tokens, &self.lengths),
+                })
+                .collect());
+        };
+        if trace.duration_s() <= flags.warmup {
+            return Err(cli::usage(format!(
+                "--trace: its last arrival comes at {:.3} s, inside --warmup {} s: nothing would be measured; lower --warmup",
+                trace.duration_s() - 0.001,
+                flags.warmup
+            )));
+        }
+        Ok(vec![LoadRun {
+            rate_per_s: trace.rate_per_s(),
+            duration_s: trace.duration_s(),
+            requests: bench::generation::traced_requests(&trace.arrivals, flags.seed, prompt_tokens, &self.lengths),
+        }])
+    }
+
+    /// How the arrivals come, for a run's heading.
+    pub fn arrivals_label(&self, flags: &LoadFlags) -> String {
+        match (&self.trace, &flags.trace) {
+            (Some(trace), Some(path)) => format!("the trace {} ({} arrivals)", path.display(), trace.arrivals.len()),
+            _ => format!("open-loop Poisson arrivals, seed {}", flags.seed),
+        }
+    }
 }
 
 impl LoadFlags {
@@ -96,13 +154,32 @@ impl LoadFlags {
         Ok(())
     }
 
-    /// The task texts and the output lengths to draw from.
-    pub fn inputs(&self) -> Result<(Vec<String>, Vec<usize>)> {
-        let texts = prompt_texts(&self.prompts)?;
+    /// The texts, the output lengths to draw from, and the trace if one
+    /// was given (then the texts are the ones it sends). Without a trace
+    /// every prompt of `--prompts` is in the set; with one, `--prompts`
+    /// is where its task ids are looked up (a file of blank-line-separated
+    /// prompts names them `prompt-1`, `prompt-2`, …).
+    pub fn inputs(&self) -> Result<LoadInputs> {
+        let text = String::from_utf8(read(&self.prompts, "--prompts")?)
+            .with_context(|| format!("--prompts {}: not UTF-8", self.prompts.display()))?;
+        let source = format!("--prompts {}", self.prompts.display());
+        let tasks: Vec<(String, String)> = if path_is_jsonl(&self.prompts) {
+            bench::tasks::parse_jsonl(&text, &source).map_err(anyhow::Error::msg)?.into_iter().map(|t| (t.id, t.prompt)).collect()
+        } else {
+            let texts = bench::tasks::prompt_texts(&text, &source, false).map_err(anyhow::Error::msg)?;
+            texts.into_iter().enumerate().map(|(i, t)| (format!("prompt-{}", i + 1), t)).collect()
+        };
         let results = String::from_utf8(read(&self.results, "--results")?).context("--results: not UTF-8")?;
         let lengths =
             bench::decode_study::recorded_output_lengths(&results, self.max_new_cap).map_err(|e| anyhow::anyhow!("--results: {e}"))?;
-        Ok((texts, lengths))
+        let Some(path) = &self.trace else {
+            return Ok(LoadInputs { texts: tasks.into_iter().map(|(_, prompt)| prompt).collect(), lengths, trace: None });
+        };
+        let trace_text = String::from_utf8(read(path, "--trace")?).with_context(|| format!("--trace {}: not UTF-8", path.display()))?;
+        let lines = serving::parse_trace(&trace_text).with_context(|| format!("--trace {}", path.display()))?;
+        let trace =
+            bench::generation::GenerationTrace::new(&lines, &tasks).map_err(|e| anyhow::anyhow!("--trace {}: {e}", path.display()))?;
+        Ok(LoadInputs { texts: trace.texts.clone(), lengths, trace: Some(trace) })
     }
 }
 
@@ -133,8 +210,11 @@ pub fn resolve_checkpoint(path: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
 
 pub fn prompt_texts(path: &Path) -> Result<Vec<String>> {
     let text = String::from_utf8(read(path, "--prompts")?).with_context(|| format!("--prompts {}: not UTF-8", path.display()))?;
-    let is_jsonl = path.extension().is_some_and(|x| x == "jsonl");
-    bench::tasks::prompt_texts(&text, &format!("--prompts {}", path.display()), is_jsonl).map_err(anyhow::Error::msg)
+    bench::tasks::prompt_texts(&text, &format!("--prompts {}", path.display()), path_is_jsonl(path)).map_err(anyhow::Error::msg)
+}
+
+fn path_is_jsonl(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "jsonl")
 }
 
 /// This process's environment, for a native report: target, command line,

@@ -374,6 +374,11 @@ pub struct ClientStudy {
     pub requests: Vec<PageRequest>,
     #[serde(default)]
     pub runs: Vec<ClientRun>,
+    /// How `runs`' arrivals came: "poisson" (from the seed) or the trace
+    /// file replayed, as the serving test's study says it; absent for the
+    /// page's own requests, which a user sends one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<String>,
 }
 
 /// One row per routed request on a shared time axis from the click: the

@@ -215,16 +215,108 @@ pub fn generation_requests(
     prompt_tokens: &[usize],
     lengths: &[usize],
 ) -> Vec<serving::generation::GenRequest> {
+    let arrivals: Vec<TracedArrival> = serving::poisson_trace(rate_per_s, duration_s, seed, prompt_tokens.len())
+        .into_iter()
+        .map(|a| TracedArrival { at_ms: a.at_ms, prompt: a.prompt, max_new_tokens: None })
+        .collect();
+    traced_requests(&arrivals, seed, prompt_tokens, lengths)
+}
+
+/// One arrival of a generating load: when, which prompt of the run's set,
+/// and the answer's length where the trace gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracedArrival {
+    pub at_ms: f64,
+    pub prompt: usize,
+    pub max_new_tokens: Option<usize>,
+}
+
+/// A trace file read for a generating load: the texts it sends (the tasks
+/// it names, then each conversation written out, in the order of
+/// [`serving::trace_arrivals`]) and an arrival a line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationTrace {
+    pub texts: Vec<String>,
+    pub arrivals: Vec<TracedArrival>,
+}
+
+impl GenerationTrace {
+    /// The trace's lines over a task set (`(id, prompt)`). The generating
+    /// load sends one user turn a request, cut to the run's prompt length,
+    /// so a written-out conversation must be exactly that; anything else
+    /// is refused with its line rather than sent differently from the
+    /// prefill-only test's reading of the same file.
+    pub fn new(lines: &[serving::TraceLine], tasks: &[(String, String)]) -> Result<GenerationTrace, String> {
+        for line in lines {
+            if let Some(conversation) = &line.conversation {
+                if !matches!(conversation.messages.as_slice(), [m] if m.role == router::Role::User) {
+                    return Err(format!(
+                        "trace line {}: a generating load sends one user turn a request; this conversation has {} messages ({})",
+                        line.line,
+                        conversation.messages.len(),
+                        conversation.messages.iter().map(|m| m.role.name()).collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
+        }
+        let named: Vec<serving::NamedConversation> = tasks
+            .iter()
+            .map(|(id, prompt)| serving::NamedConversation { name: id.clone(), conversation: Conversation::user(prompt.clone()) })
+            .collect();
+        let replay = serving::trace_arrivals(lines, &named).map_err(|e| e.to_string())?;
+        let texts = replay
+            .conversations
+            .into_iter()
+            .map(|n| n.conversation.messages.into_iter().next().map(|m| m.content).unwrap_or_default())
+            .collect();
+        let arrivals = replay
+            .arrivals
+            .iter()
+            .zip(lines)
+            .map(|(a, line)| TracedArrival { at_ms: a.at_ms, prompt: a.prompt, max_new_tokens: line.max_tokens })
+            .collect();
+        Ok(GenerationTrace { texts, arrivals })
+    }
+
+    /// The run's length: to just past the last arrival, so that it falls
+    /// inside the run (the serving test's [`serving::fit_to_trace`]).
+    pub fn duration_s(&self) -> f64 {
+        self.arrivals.last().map_or(0.0, |a| a.at_ms / 1000.0) + 0.001
+    }
+
+    /// Arrivals a second over [`GenerationTrace::duration_s`]: the rate a
+    /// report files the run under and tables print, so rounded to
+    /// thousandths (it labels the run; the arrivals keep their times).
+    pub fn rate_per_s(&self) -> f64 {
+        (self.arrivals.len() as f64 / self.duration_s() * 1000.0).round() / 1000.0
+    }
+}
+
+/// Requests from arrivals: each takes the trace's answer length, or draws
+/// one from `lengths` by `seed`. A draw is made for every arrival, given
+/// or not, so an arrival's drawn length does not depend on whether an
+/// earlier line named its own. `lengths` is never empty (the dataset's
+/// reader refuses results without output tokens).
+pub fn traced_requests(
+    arrivals: &[TracedArrival],
+    seed: u64,
+    prompt_tokens: &[usize],
+    lengths: &[usize],
+) -> Vec<serving::generation::GenRequest> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6f75_7470_7574);
-    serving::poisson_trace(rate_per_s, duration_s, seed, prompt_tokens.len())
-        .into_iter()
-        .map(|a| serving::generation::GenRequest {
-            id: a.id as u64,
-            arrival_ms: a.at_ms,
-            prompt: a.prompt,
-            prompt_tokens: prompt_tokens[a.prompt],
-            max_new_tokens: lengths[rng.random_range(0..lengths.len())],
+    arrivals
+        .iter()
+        .enumerate()
+        .map(|(id, a)| {
+            let drawn = lengths[rng.random_range(0..lengths.len())];
+            serving::generation::GenRequest {
+                id: id as u64,
+                arrival_ms: a.at_ms,
+                prompt: a.prompt,
+                prompt_tokens: prompt_tokens[a.prompt],
+                max_new_tokens: a.max_new_tokens.unwrap_or(drawn),
+            }
         })
         .collect()
 }
@@ -240,6 +332,51 @@ pub fn formula_bytes_per_token(h: &Hparams) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trace names tasks by id (each sent once however often it
+    /// arrives), writes one-turn conversations out, and may give an
+    /// answer's length; lengths it leaves out are the Poisson load's draws.
+    #[test]
+    fn a_generating_trace_replays_its_lines_as_written() {
+        let text = concat!(
+            "{\"at_ms\": 0, \"task\": \"b\", \"max_tokens\": 5}\n",
+            "{\"at_ms\": 250, \"conversation\": {\"messages\": [{\"role\": \"user\", \"content\": \"Reverse a list.\"}]}}\n",
+            "\n",
+            "{\"at_ms\": 900, \"task\": \"b\"}\n",
+        );
+        let tasks = [("a".to_string(), "Task A.".to_string()), ("b".to_string(), "Task B.".to_string())];
+        let trace = GenerationTrace::new(&serving::parse_trace(text).unwrap(), &tasks).unwrap();
+        assert_eq!(trace.texts, ["Task B.", "Reverse a list."]);
+        let prompts: Vec<(f64, usize, Option<usize>)> = trace.arrivals.iter().map(|a| (a.at_ms, a.prompt, a.max_new_tokens)).collect();
+        assert_eq!(prompts, [(0.0, 0, Some(5)), (250.0, 1, None), (900.0, 0, None)]);
+        assert!((trace.duration_s() - 0.901).abs() < 1e-12 && trace.rate_per_s() == 3.33);
+        let lengths = [7, 11, 13];
+        let requests = traced_requests(&trace.arrivals, 3, &[40, 9], &lengths);
+        assert_eq!(requests[0].max_new_tokens, 5);
+        assert_eq!((requests[1].prompt_tokens, requests[2].prompt_tokens), (9, 40));
+        assert!(requests[1..].iter().all(|r| lengths.contains(&r.max_new_tokens)));
+        // The draws are the Poisson load's: the same seed, the same lengths in arrival order.
+        let poisson = generation_requests(50.0, 1.0, 3, &[40, 9], &lengths);
+        let unnamed: Vec<TracedArrival> =
+            poisson.iter().map(|r| TracedArrival { at_ms: r.arrival_ms, prompt: r.prompt, max_new_tokens: None }).collect();
+        assert_eq!(traced_requests(&unnamed, 3, &[40, 9], &lengths), poisson);
+    }
+
+    #[test]
+    fn a_generating_trace_refuses_what_it_cannot_send_by_line() {
+        let tasks = [("a".to_string(), "Task A.".to_string())];
+        let two_turns = concat!(
+            "{\"at_ms\": 0, \"task\": \"a\"}\n",
+            "{\"at_ms\": 1, \"conversation\": {\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}]}}\n",
+        );
+        assert_eq!(
+            GenerationTrace::new(&serving::parse_trace(two_turns).unwrap(), &tasks).unwrap_err(),
+            "trace line 2: a generating load sends one user turn a request; this conversation has 2 messages (system, user)"
+        );
+        // Lines are the file's, blank ones counted.
+        let unknown = serving::parse_trace("{\"at_ms\": 0, \"task\": \"a\"}\n\n{\"at_ms\": 2, \"task\": \"zzz\"}").unwrap();
+        assert_eq!(GenerationTrace::new(&unknown, &tasks).unwrap_err(), "trace line 3: task `zzz` is not in the task file");
+    }
 
     /// Gemma 3 270M's shape: 18 layers, every sixth global, the rest a
     /// window of 512; 1 K/V head of 256. At 1,000 tokens the calculator

@@ -342,3 +342,52 @@ async fn a_client_timeout_cancels_the_request_at_the_server() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// `openai-replay --trace` as a user runs it, against the endpoint: the
+/// trace's arrivals at their times, a task of the prompt set by its id, a
+/// conversation written out, an answer length where the line gives one;
+/// one run, its rate the trace's, and the report says which trace it was.
+/// Flags that a trace replaces are refused, not ignored.
+#[test]
+fn openai_replay_replays_a_trace_file() {
+    let (addr, _) = *shared();
+    let dir = std::env::temp_dir().join(format!("openai-replay-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"at_ms\": 0, \"task\": \"old112::astropy__astropy-13033\", \"max_tokens\": 5}\n\n\
+         {\"at_ms\": 300, \"conversation\": {\"messages\": [{\"role\": \"user\", \"content\": \"What is a mutex?\"}]}, \"max_tokens\": 3}\n\
+         {\"at_ms\": 600, \"task\": \"old112::astropy__astropy-13033\"}\n",
+    )
+    .unwrap();
+    let out = dir.join("client.json");
+    let replay = |extra: &[&str]| {
+        let base = format!("http://{addr}");
+        let mut args = vec!["--url", &base, "--model", MODEL, "--warmup", "0", "--drain", "60", "--max-prompt-tokens", "48"];
+        args.extend_from_slice(extra);
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_openai-replay")).current_dir(root("")).args(&args).output().unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (code, _, stderr) = replay(&["--trace", trace.to_str().unwrap(), "--rates", "2"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--rates"), "{stderr}");
+
+    let (code, stdout, stderr) = replay(&["--trace", trace.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(&format!("the trace {} (3 arrivals)", trace.display())), "{stdout}");
+    let report: bench::Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let study = report.studies.client.expect("a client section");
+    assert_eq!(study.arrivals.as_deref(), Some(trace.to_str().unwrap()));
+    let [run] = study.runs.as_slice() else { panic!("one run for one trace: {}", study.runs.len()) };
+    assert_eq!(run.run.rate_per_s, 4.992, "3 arrivals over 0.601 s");
+    let records: Vec<(f64, GenOutcome, usize)> =
+        run.requests.iter().map(|r| (r.record.arrival_ms, r.record.outcome, r.record.tokens_out)).collect();
+    assert_eq!(records[..2], [(0.0, GenOutcome::Served, 5), (300.0, GenOutcome::Served, 3)], "{:?}", run.requests);
+    // The third line gives no length: one drawn from the dataset's recorded outputs (capped at 64).
+    assert_eq!((records[2].0, records[2].1), (600.0, GenOutcome::Served));
+    assert!((1..=64).contains(&records[2].2), "{records:?}");
+    // Sent at the trace's times, not all at once: the client's send clock follows the lines.
+    let sent: Vec<f64> = run.requests.iter().map(|r| r.sent_ms.unwrap()).collect();
+    assert!(sent[1] >= 300.0 && sent[2] >= 600.0, "{sent:?}");
+}

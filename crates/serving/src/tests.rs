@@ -169,6 +169,11 @@ fn bad_settings_and_traces_are_named() {
     assert!(parse_trace("{\"at_ms\": 1}").unwrap_err().to_string().contains("exactly one"));
     assert!(parse_trace("nope").unwrap_err().to_string().starts_with("trace line 1:"));
     assert!(parse_trace("\n").is_err());
+    assert_eq!(parse_trace("{\"at_ms\": 0, \"task\": \"a\", \"max_tokens\": 48}").unwrap()[0].max_tokens, Some(48));
+    assert_eq!(
+        parse_trace("{\"at_ms\": 0, \"task\": \"a\", \"max_tokens\": 0}").unwrap_err().to_string(),
+        "trace line 1: max_tokens = 0 is not between 1 and 1048576"
+    );
     assert_eq!(Policy::parse("shortest_first").unwrap(), Policy::ShortestFirst);
     assert!(Policy::parse("lifo").unwrap_err().to_string().starts_with("policy:"));
     let out_of_set = Server::<TimedJob>::new(ServeSettings::default(), prompts(), arrivals(&[(0.0, 5)]));

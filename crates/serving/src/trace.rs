@@ -46,7 +46,11 @@ pub fn poisson_trace(rate_per_s: f64, duration_s: f64, seed: u64, prompts: usize
 }
 
 /// One line of a trace file: an arrival time and either a task of the
-/// prompt set (by id) or a conversation's text as one user turn.
+/// prompt set (by id) or a conversation written out; for a generating
+/// load, optionally the answer's length. One format serves both
+/// experiments, so the same file replays against the prefill-only serving
+/// test (which has no answer and does not read `max_tokens`) and the
+/// generating one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceLine {
     pub at_ms: f64,
@@ -54,7 +58,19 @@ pub struct TraceLine {
     pub task: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<router::Conversation>,
+    /// New tokens the answer asks for (a generating load draws one from
+    /// its recorded lengths where this is absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<usize>,
+    /// The line of the file it was read from (blank lines count), for
+    /// errors found after parsing; 0 for a line not read from a file.
+    #[serde(skip)]
+    pub line: usize,
 }
+
+/// The longest answer a trace line may ask for: far past any context this
+/// engine holds, and small enough that no arithmetic on it overflows.
+pub const TRACE_MAX_TOKENS: usize = 1 << 20;
 
 /// Parses a trace file (JSON lines, arrival times non-decreasing and within
 /// an hour); blank lines are skipped. Errors name the line.
@@ -66,12 +82,16 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, ServeError> {
         if raw.trim().is_empty() {
             continue;
         }
-        let entry: TraceLine = serde_json::from_str(raw).map_err(|e| ServeError::Trace { line, reason: e.to_string() })?;
+        let mut entry: TraceLine = serde_json::from_str(raw).map_err(|e| ServeError::Trace { line, reason: e.to_string() })?;
+        entry.line = line;
         if !(entry.at_ms.is_finite() && (0.0..=3_600_000.0).contains(&entry.at_ms)) {
             return Err(ServeError::Trace { line, reason: format!("at_ms = {} is not between 0 and 3600000", entry.at_ms) });
         }
         if entry.at_ms < last {
             return Err(ServeError::Trace { line, reason: format!("at_ms = {} comes before the previous line's {last}", entry.at_ms) });
+        }
+        if let Some(bad) = entry.max_tokens.filter(|n| !(1..=TRACE_MAX_TOKENS).contains(n)) {
+            return Err(ServeError::Trace { line, reason: format!("max_tokens = {bad} is not between 1 and {TRACE_MAX_TOKENS}") });
         }
         if entry.task.is_some() == entry.conversation.is_some() {
             return Err(ServeError::Trace { line, reason: "give exactly one of `task` and `conversation`".into() });
@@ -113,7 +133,7 @@ pub fn trace_arrivals(lines: &[TraceLine], tasks: &[NamedConversation]) -> Resul
                     let known = tasks
                         .iter()
                         .find(|n| &n.name == task)
-                        .ok_or_else(|| ServeError::Trace { line: id + 1, reason: format!("task `{task}` is not in the task file") })?;
+                        .ok_or_else(|| ServeError::Trace { line: line.line, reason: format!("task `{task}` is not in the task file") })?;
                     named.push(known.clone());
                     named.len() - 1
                 }
@@ -122,7 +142,7 @@ pub fn trace_arrivals(lines: &[TraceLine], tasks: &[NamedConversation]) -> Resul
                 named.push(NamedConversation { name: format!("trace-arrival-{}", id + 1), conversation: conversation.clone() });
                 named.len() - 1
             }
-            (None, None) => return Err(ServeError::Trace { line: id + 1, reason: "no task or conversation".into() }),
+            (None, None) => return Err(ServeError::Trace { line: line.line, reason: "no task or conversation".into() }),
         };
         arrivals.push(Arrival { id, at_ms: line.at_ms, prompt });
     }

@@ -1,7 +1,7 @@
 //! `serve-generate`: note 06's experiment natively, on the real engine.
 //! Open-loop Poisson arrivals of the OOD176 prompts (cut to a prompt
 //! length) with output lengths drawn from the dataset's recorded output
-//! tokens per call (capped), served by one engine whose iterations the
+//! tokens per call (capped), or a trace file's arrivals (`--trace`), served by one engine whose iterations the
 //! batching scheduler plans: continuous batching under a K/V budget in
 //! bytes, and the ways of mixing prefills into decodes side by side
 //! (prefill-first, decode-first, chunked at each token budget), at each
@@ -24,9 +24,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use bench::decode_study::{pd_timeline_svg, separation_lines, tradeoff_lines, tradeoff_svg, GenerationRun};
-use bench::generation::{formula_bytes_per_token, generation_requests, kv_shape, payload_kv_bytes, RouterStepEngine};
+use bench::generation::{formula_bytes_per_token, kv_shape, payload_kv_bytes, RouterStepEngine};
 use bench_cli::cli::{usage, Progress};
-use bench_cli::{LoadFlags, Loaded, RouterFlags};
+use bench_cli::{LoadFlags, LoadRun, Loaded, RouterFlags};
 use clap::Parser;
 use router::generate::BLOCK_TOKENS;
 use router::sampling::SamplingParams;
@@ -94,7 +94,8 @@ fn run(args: Args) -> Result<()> {
         other => return Err(usage(format!("--memory {other}: use recompute or reserve"))),
     };
     args.load.check()?;
-    let (texts, lengths) = args.load.inputs()?;
+    let inputs = args.load.inputs()?;
+    let (texts, lengths) = (&inputs.texts, &inputs.lengths);
     let Loaded { router, .. } = args.router.load()?;
     let h = &router.backbone.hparams;
     // The calculator's per-token bytes for this checkpoint, every layer
@@ -105,7 +106,7 @@ fn run(args: Args) -> Result<()> {
     let budget_blocks = ((args.kv_budget_mib * 1024.0 * 1024.0) as u64 / block_bytes) as usize;
     let engine = RouterStepEngine::new(
         &router,
-        &texts,
+        texts,
         args.load.max_prompt_tokens,
         SamplingParams { temperature: 0.8, top_p: 0.95, ..SamplingParams::default() },
     )
@@ -113,8 +114,9 @@ fn run(args: Args) -> Result<()> {
     let prompt_tokens: Vec<usize> = engine.prompts.iter().map(Vec::len).collect();
     let mean_prompt = prompt_tokens.iter().sum::<usize>() as f64 / prompt_tokens.len().max(1) as f64;
     let mean_out = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
+    let loads = inputs.runs(&args.load, &prompt_tokens)?;
     println!(
-        "{} · {} · K/V {per_token} B a token by the formula (the engine's pages: {engine_per_token} B a token), budget {:.0} MiB = {budget_blocks} pages of {BLOCK_TOKENS} tokens · {} prompts, mean {mean_prompt:.0} tokens (cut at {}) · output lengths from {} dataset rows (tokens per call, capped at {}), mean {mean_out:.1} · {} · at most {} running",
+        "{} · {} · K/V {per_token} B a token by the formula (the engine's pages: {engine_per_token} B a token), budget {:.0} MiB = {budget_blocks} pages of {BLOCK_TOKENS} tokens · {} prompts, mean {mean_prompt:.0} tokens (cut at {}) · output lengths from {} dataset rows (tokens per call, capped at {}), mean {mean_out:.1} · {} · at most {} running · {}",
         router.checkpoint_id(),
         router.backbone.precision.label(&router.weight_type),
         args.kv_budget_mib,
@@ -124,18 +126,20 @@ fn run(args: Args) -> Result<()> {
         args.load.max_new_cap,
         memory.label(),
         args.max_running,
+        inputs.arrivals_label(&args.load),
     );
-    let mut plan: Vec<(f64, Mixing, Layout)> = Vec::new();
-    for &rate in &args.load.rates {
+    let mut plan: Vec<(&LoadRun, Mixing, Layout)> = Vec::new();
+    for load in &loads {
         for &mixing in &mixings {
-            plan.extend(layouts.iter().map(|&layout| (rate, mixing, layout)));
+            plan.extend(layouts.iter().map(|&layout| (load, mixing, layout)));
         }
     }
     let mut progress =
-        Progress::new("serve-generate", plan.iter().map(|_| args.load.duration + args.load.drain / 4.0).collect(), args.quiet);
+        Progress::new("serve-generate", plan.iter().map(|(load, ..)| load.duration_s + args.load.drain / 4.0).collect(), args.quiet);
     let mut runs = Vec::new();
-    for &(rate, mixing, layout) in &plan {
-        progress.step(&format!("{rate} req/s, {}, {}", mixing.label(), layout.label()));
+    for &(load, mixing, layout) in &plan {
+        let rate = load.rate_per_s;
+        progress.step(&format!("{rate:.3} req/s, {}, {}", mixing.label(), layout.label()));
         let settings = GenSettings {
             batch: BatchSettings { budget_blocks, max_running: args.max_running, mixing, memory },
             timeout_ms: args.timeout * 1000.0,
@@ -144,12 +148,11 @@ fn run(args: Args) -> Result<()> {
             ttft_slo_ms: args.load.ttft_slo_ms,
             tpot_slo_ms: args.load.tpot_slo_ms,
         };
-        let requests = generation_requests(rate, args.load.duration, args.load.seed, &prompt_tokens, &lengths);
         // Every instance holds the same weights: one loaded router serves them all.
         let engines = (0..layout.instances()).map(|_| engine.clone()).collect();
         let cluster_settings = ClusterSettings { layout, link_gbit_per_s: args.link_gbit };
-        let mut cluster =
-            Cluster::new(cluster_settings, settings, requests, args.load.duration * 1000.0, engines).map_err(|e| anyhow::anyhow!(e))?;
+        let mut cluster = Cluster::new(cluster_settings, settings, load.requests.clone(), load.duration_s * 1000.0, engines)
+            .map_err(|e| anyhow::anyhow!(e))?;
         let started = Instant::now();
         let mut stopwatch = || started.elapsed().as_secs_f64() * 1000.0;
         while cluster.step(&mut stopwatch) != ClusterStep::Done {}

@@ -1,6 +1,6 @@
 //! `openai-replay`: the serving run's trace, replayed against OpenAI-compatible
 //! endpoints and measured at the client. The same arrivals (Poisson, from
-//! the seed), prompts (the OOD176 tasks cut to a prompt length by the
+//! the seed, or a trace file's), prompts (the OOD176 tasks cut to a prompt length by the
 //! reference tokenizer) and output lengths (drawn from the dataset's
 //! recorded output tokens, capped) as `serve-generate` with the same flags,
 //! sent open-loop with streaming to each `--url` in turn; one table of the
@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
 use bench::client_run::{ClientRun, ClientStudy};
-use bench::generation::{cut_to_tokens, generation_requests};
+use bench::generation::cut_to_tokens;
 use bench_cli::{read, LoadFlags, DEFAULT_CHECKPOINT};
 use clap::Parser;
 use cli_conventions::usage;
@@ -84,7 +84,8 @@ fn run(args: Args) -> Result<()> {
             return Err(usage(format!("--url {url}: an http:// or https:// base URL")));
         }
     }
-    let (texts, lengths) = args.load.inputs()?;
+    let inputs = args.load.inputs()?;
+    let (texts, lengths) = (&inputs.texts, &inputs.lengths);
     let gguf = read(&args.tokenizer_checkpoint, "--tokenizer-checkpoint")?;
     let name = args.tokenizer_checkpoint.display().to_string();
     let checkpoint = Checkpoint::parse(&gguf, &name).with_context(|| format!("--tokenizer-checkpoint {name}"))?;
@@ -110,14 +111,14 @@ fn run(args: Args) -> Result<()> {
         models.push(model);
     }
     println!(
-        "{} prompts cut at {} tokens by {} · output lengths from {} dataset rows, capped at {} · {} · open-loop Poisson arrivals, seed {} · the client runs on this machine beside any local endpoint",
+        "{} prompts cut at {} tokens by {} · output lengths from {} dataset rows, capped at {} · {} · {} · the client runs on this machine beside any local endpoint",
         cut.len(),
         args.load.max_prompt_tokens,
         name,
         lengths.len(),
         args.load.max_new_cap,
         if args.stop_at_eos { "answers may end at end-of-turn" } else { "every answer asks for exactly its drawn length (ignore_eos)" },
-        args.load.seed,
+        inputs.arrivals_label(&args.load),
     );
     let settings = GenSettings {
         // The endpoint's scheduling is its own; the client knows its load only.
@@ -128,10 +129,12 @@ fn run(args: Args) -> Result<()> {
         ttft_slo_ms: args.load.ttft_slo_ms,
         tpot_slo_ms: args.load.tpot_slo_ms,
     };
+    let arrivals = args.load.trace.as_ref().map_or("poisson".to_string(), |path| path.display().to_string());
     let mut runs = Vec::new();
-    for &rate in &args.load.rates {
-        let trace = generation_requests(rate, args.load.duration, args.load.seed, &prompt_tokens, &lengths);
-        let plan: Vec<Planned> = trace
+    for load in inputs.runs(&args.load, &prompt_tokens)? {
+        let rate = load.rate_per_s;
+        let plan: Vec<Planned> = load
+            .requests
             .iter()
             .map(|r| Planned {
                 id: r.id,
@@ -143,14 +146,14 @@ fn run(args: Args) -> Result<()> {
             })
             .collect();
         for (url, model) in args.urls.iter().zip(&models) {
-            eprintln!("openai-replay: {rate} req/s against {url} ({} requests over {} s)", plan.len(), args.load.duration);
+            eprintln!("openai-replay: {rate:.3} req/s against {url} ({} requests over {:.1} s)", plan.len(), load.duration_s);
             let replay_settings = ReplaySettings {
                 model: model.clone(),
                 temperature: args.temperature,
                 top_p: args.top_p,
                 ignore_eos: !args.stop_at_eos,
                 ttft_timeout_ms: args.timeout * 1000.0,
-                end_ms: args.load.duration * 1000.0 + args.load.drain * 1000.0,
+                end_ms: load.duration_s * 1000.0 + args.load.drain * 1000.0,
                 warmup_ms: args.load.warmup * 1000.0,
                 retries: args.retries,
                 api_key: api_key.clone(),
@@ -185,7 +188,10 @@ fn run(args: Args) -> Result<()> {
             bench::Provenance { checkpoint_file: name.clone(), ..bench::Provenance::default() },
             router::LoadTimings::default(),
             args.load.prompts.display().to_string(),
-            bench::report::Studies { client: Some(ClientStudy { requests: Vec::new(), runs }), ..bench::report::Studies::default() },
+            bench::report::Studies {
+                client: Some(ClientStudy { requests: Vec::new(), runs, arrivals: Some(arrivals) }),
+                ..bench::report::Studies::default()
+            },
         );
         bench_cli::write_report(out, &report)?;
         println!("\nwrote {}", out.display());
