@@ -13,6 +13,7 @@ use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
 
 use crate::browser;
+use crate::kv_distribution::{DistributionSection, DistributionState};
 
 type Errors = Memo<Vec<FieldError>>;
 
@@ -31,6 +32,7 @@ pub fn KvPage() -> impl IntoView {
         _ => Vec::new(),
     });
     let last_good = RwSignal::new(None::<(Box<Inputs>, Box<Report>)>);
+    let distribution = DistributionState::new();
     Effect::new(move |_| {
         if let Evaluation::Ready { inputs, report } = evaluation.get() {
             last_good.set(Some((inputs, report)));
@@ -110,6 +112,7 @@ pub fn KvPage() -> impl IntoView {
                 <section class="results" aria-live="polite" aria-label="Results">
                     {move || problem().map(|p| view! { <p class="problem" role="alert" data-testid="problem">{p}</p> })}
                     <div class:stale=move || !matches!(evaluation.get(), Evaluation::Ready { .. })>{results}</div>
+                    {(!embed).then(|| view! { <DistributionSection state=distribution form=form last_good=last_good/> })}
                 </section>
             </div>
         </main>

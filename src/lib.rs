@@ -12,6 +12,7 @@
 //! and the calculator's bundle holds no router page code.
 
 pub mod browser;
+pub mod kv_distribution;
 pub mod kv_page;
 pub mod latency_widget;
 pub mod quality_view;

@@ -145,6 +145,9 @@ fn main() {
         "v1",
         b"\x10\x00\x00\x00\x00\x00\x00\x00INFO 05-01 12:00:00 [gpu_worker.py:227] Available KV cache memory: 59.95 GiB\nINFO [kv_cache_utils.py:636] GPU KV cache size: 491,008 tokens\nINFO [kv_cache_utils.py:637] Maximum concurrency for 8,192 tokens per request: 59.94x",
     );
+    put("kv_lengths", "csv", b"\x50\x00\x00\x00task_id,in_tok,out_tok,calls\n\"a, b\",205845,3128,17\nb,0,0,0\n");
+    put("kv_lengths", "json", b"\x50\x00\x00\x00[{\"input\": 1200, \"output\": 300}, {\"isl\": 8000, \"osl\": 450}]");
+    put("kv_lengths", "jsonl", b"\x50\x00\x00\x00{\"prompt_tokens\": 10, \"completion_tokens\": 5}\n\n{\"prompt_tokens\": 7, \"completion_tokens\": 0}");
     put("kv_vllm_log", "v0", b"\x10\x00\x00\x00\x00\x00\x00\x00INFO 01-01 00:00:00 llm_engine.py:340] # GPU blocks: 30688, # CPU blocks: 2048");
 
     let native = include_str!("../../reports/router-latency.cpu.json");

@@ -211,3 +211,49 @@ test('a long session: 100 calculator links in one page, each right and none with
   assert.deepEqual(page.problems, []);
   assert.deepEqual(page.blocked, []);
 });
+
+test('capacity from a length distribution: pasted lengths, a bad line named and kept, and the OOD176 example', async () => {
+  const page = await newPage(browser);
+  await open(page, '?preset=llama-3.1-8b&gpu_gib=80');
+  const query = new URL(page.url()).search;
+  // Pasted lengths never enter the link.
+  // A line that does not read is named, and the text stays as typed.
+  const bad = 'prompt_tokens,completion_tokens\n1200,300\n8000,lots\n';
+  await page.getByTestId('dist-text').fill(bad);
+  await page.getByTestId('dist-size').click();
+  assert.equal(await text(page, 'dist-problem'), 'the pasted lengths: line 3: completion_tokens `lots` is not a number');
+  assert.equal(await page.getByTestId('dist-text').inputValue(), bad);
+  // Two lengths: the table's rows, exact. Llama 3.1 8B keeps 128 KiB a token in bf16.
+  await page.getByTestId('dist-text').fill('prompt_tokens,completion_tokens\n1200,300\n8000,450\n');
+  await page.getByTestId('dist-size').click();
+  await page.getByTestId('dist-table').waitFor();
+  const budget = await text(page, 'kv-budget');
+  const cells = await page.locator('[data-testid=dist-table] tbody tr').allInnerTexts();
+  assert.deepEqual(cells.map((r) => r.split('\t').slice(0, 3)), [
+    ['mean', '4,975', '623.00 MiB'],
+    ['p50', '1,500', '188.00 MiB'],
+    ['p95', '8,450', '1.03 GiB'],
+    ['p99', '8,450', '1.03 GiB'],
+    ['max', '8,450', '1.03 GiB'],
+  ]);
+  assert.match(await text(page, 'dist-lines'), new RegExp(`2 sequences: mean prompt 4,600 and answer 375 tokens; .* K/V budget of ${budget.replace('.', '\\.')}`));
+  // The built-in example: OOD176's rows divided into mean calls, failed runs left out.
+  await page.getByTestId('dist-example').click();
+  await page.waitForFunction(() => /1,002 sequences/.test(document.querySelector('[data-testid=dist-lines]')?.textContent ?? ''));
+  assert.match(await text(page, 'dist-lines'), /1,002 sequences \(each row's mean call: totals ÷ calls\), 406 rows without tokens skipped \(failed runs\)/);
+  const fits = async (label) => Number((await page.locator(`[data-testid=dist-table] td[data-label=${label}]`).innerText()).replace(/,/g, ''));
+  assert.ok((await fits('mean')) > (await fits('p99')) && (await fits('p99')) >= (await fits('max')), 'the tail fits fewer');
+  assert.equal(await page.locator('[data-testid=dist-plot] svg polyline').count(), 1);
+  // The example is in the link, and a link carrying it sizes it on opening.
+  const shared = new URL(page.url());
+  assert.equal(shared.searchParams.get('lengths'), 'ood176');
+  const again = await newPage(browser);
+  await open(again, shared.search);
+  await again.waitForFunction(() => /1,002 sequences/.test(document.querySelector('[data-testid=dist-lines]')?.textContent ?? ''));
+  // Pasted lengths are not: sizing them takes the example out of the link.
+  await again.getByTestId('dist-text').fill('input,output\n100,10\n');
+  await again.getByTestId('dist-size').click();
+  await again.waitForFunction(() => /^1 sequence:/.test(document.querySelector('[data-testid=dist-lines]')?.textContent ?? ''));
+  assert.equal(new URL(again.url()).search, query);
+  await screenshot(page, 'kv-distribution');
+});

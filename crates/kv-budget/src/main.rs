@@ -6,6 +6,7 @@
 //! ```text
 //! kv-budget --query 'layers=32&kv_heads=8&head_dim=128&kv_dtype=bf16&seqs=8192x4' --json
 //! kv-budget --config config.json --seqs 4096x1 --kv-dtype bf16 --json
+//! kv-budget --preset llama-3.1-8b --set gpu_gib=80 --lengths requests.csv
 //! ```
 
 use std::process::ExitCode;
@@ -38,6 +39,9 @@ struct Args {
     /// Any other field as name=value (repeatable), e.g. --set tp=4.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     set: Vec<String>,
+    /// A length distribution (CSV with input/output columns, optional calls; or JSON objects): sequences that fit at the mean, p50, p95, p99 and max of retained length. Needs a GPU budget (--set gpu_gib=80).
+    #[arg(long)]
+    lengths: Option<std::path::PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -58,6 +62,8 @@ struct Output<'a> {
     allocated: String,
     import_notes: &'a [String],
     report: &'a kv::Report,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    distribution: Option<&'a kv::distribution::DistributionReport>,
 }
 
 /// Exit code 2 when the command line is wrong (clap's own parse errors and
@@ -102,6 +108,22 @@ fn run(args: Args) -> Result<()> {
     }
     let inputs = form.validate().map_err(|errors| usage(errors.iter().map(|e| format!("invalid {}", e)).collect::<Vec<_>>().join("; ")))?;
     let report = kv::compute(&inputs)?;
+    let distribution = match &args.lengths {
+        None if form.get("lengths") == kv::distribution::BUILTIN => {
+            return Err(usage(format!(
+                "lengths={} names the page's built-in example: pass its file, --lengths data/coderouterbench/ood176_results_long.csv",
+                kv::distribution::BUILTIN
+            )))
+        }
+        None => None,
+        Some(path) => {
+            let budget =
+                report.budget.as_ref().ok_or_else(|| usage("--lengths: give a GPU budget too (--set gpu_gib=80): capacity divides it"))?;
+            let text = std::fs::read_to_string(path).with_context(|| format!("--lengths: cannot read {}", path.display()))?;
+            let lengths = kv::distribution::parse_lengths(&text).with_context(|| format!("--lengths {}", path.display()))?;
+            Some(kv::distribution::capacity(&inputs, budget.kv_budget_bytes_per_gpu, &lengths)?)
+        }
+    };
     if args.json {
         let out = Output {
             query: form.to_query(),
@@ -114,10 +136,14 @@ fn run(args: Args) -> Result<()> {
             allocated: units::binary(report.allocated_bytes),
             import_notes: &notes,
             report: &report,
+            distribution: distribution.as_ref(),
         };
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_text(&report, &notes);
+        if let Some(d) = &distribution {
+            print_distribution(d);
+        }
     }
     Ok(())
 }
@@ -152,6 +178,23 @@ fn print_text(r: &kv::Report, notes: &[String]) {
             units::binary(b.kv_budget_bytes_per_gpu),
             units::group_digits(b.max_retained_tokens),
             units::group_digits(b.max_sequences)
+        );
+    }
+}
+
+fn print_distribution(d: &kv::distribution::DistributionReport) {
+    println!();
+    for line in d.lines() {
+        println!("{line}");
+    }
+    println!("{:<6} {:>16} {:>14} {:>12}", "length", "retained tokens", "per sequence", "sequences");
+    for row in &d.rows {
+        println!(
+            "{:<6} {:>16} {:>14} {:>12}",
+            row.label,
+            units::group_digits(row.retained_tokens as u128),
+            units::binary(row.bytes_per_sequence),
+            units::group_digits(row.sequences)
         );
     }
 }

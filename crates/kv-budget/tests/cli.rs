@@ -55,3 +55,46 @@ fn bad_input_names_the_field_and_fails() {
     let (code, _, err) = kv_budget(&["--jsn"]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// `--lengths` on the dataset's own results: OOD176's rows divided into
+/// mean calls, the failed runs left out, and the table sized on the GPU's
+/// budget; without a budget it says what is missing; a bad line is named.
+#[test]
+fn lengths_size_a_distribution_against_the_budget() {
+    let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/coderouterbench/ood176_results_long.csv");
+    let results = results.to_str().unwrap();
+    let (code, out, err) = kv_budget(&["--preset", "llama-3.1-8b", "--set", "gpu_gib=80", "--lengths", results, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let d = &v["distribution"];
+    assert_eq!((d["samples"].as_u64(), d["skipped_empty"].as_u64(), d["per_call"].as_bool()), (Some(1002), Some(406), Some(true)));
+    let rows = d["rows"].as_array().unwrap();
+    let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["mean", "p50", "p95", "p99", "max"]);
+    let budget = v["report"]["budget"]["kv_budget_bytes_per_gpu"].as_u64().unwrap() as u128;
+    for row in rows {
+        // Llama 3.1 8B in bf16: 128 KiB a token, in blocks of 16.
+        let tokens = row["retained_tokens"].as_u64().unwrap() as u128;
+        let bytes = row["bytes_per_sequence"].as_u64().unwrap() as u128;
+        if row["label"] != "mean" {
+            assert_eq!(bytes, tokens.div_ceil(16) * 16 * 131_072, "{row}");
+        }
+        assert_eq!(row["sequences"].as_u64().unwrap() as u128, budget / bytes, "{row}");
+    }
+    let fits: Vec<u64> = rows.iter().map(|r| r["sequences"].as_u64().unwrap()).collect();
+    assert!(fits[0] > fits[3] && fits[3] >= fits[4], "{fits:?}");
+
+    let (code, _, err) = kv_budget(&["--query", "lengths=ood176", "--set", "gpu_gib=80"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("pass its file, --lengths data/coderouterbench/ood176_results_long.csv"), "{err}");
+    let (code, _, err) = kv_budget(&["--preset", "llama-3.1-8b", "--lengths", results]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--lengths: give a GPU budget too"), "{err}");
+    let dir = std::env::temp_dir().join(format!("kv-budget-lengths-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.csv");
+    std::fs::write(&bad, "input,output\n10,5\n10,five\n").unwrap();
+    let (code, _, err) = kv_budget(&["--preset", "llama-3.1-8b", "--set", "gpu_gib=80", "--lengths", bad.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("line 3: output `five` is not a number"), "{err}");
+}

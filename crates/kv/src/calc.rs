@@ -467,6 +467,16 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
     })
 }
 
+/// Bits one sequence of `tokens` holds on one GPU as an engine allocates
+/// it: every layer group's retained tokens rounded up to whole blocks,
+/// quantization scales, the GPU's share under tensor parallelism; nothing
+/// shared with other sequences. What a length distribution is sized by.
+pub fn sequence_allocated_bits(inputs: &Inputs, tokens: u64) -> Result<u128, KvError> {
+    let (gpu_groups, _) = per_gpu_groups(&inputs.model.groups(), inputs.tp.max(1))?;
+    let one = Inputs { seqs: vec![Run { value: tokens, count: 1 }], prefix: None, budget: None, vllm: None, ..inputs.clone() };
+    Ok(breakdown(&gpu_groups, &one, Counting::Paged(inputs.block.max(1)))?.total_bits)
+}
+
 fn invert_budget(b: GpuBudget, tp: u128, mix_bits: u128, token_bits: u128, sequences: u128) -> Result<BudgetReport, KvError> {
     let usable = mul(&[b.gpu_bytes, b.reserve.denominator() - b.reserve.numerator.min(b.reserve.denominator())], "GPU budget")?
         / b.reserve.denominator();

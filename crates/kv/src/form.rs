@@ -50,6 +50,7 @@ pub const FIELDS: &[Field] = &[
     f("params", "Weight parameters", "", "parameters of the whole model"),
     f("weight_dtype", "Weight dtype", "bf16", "precision of the weights, apart from the KV dtype"),
     f("vllm", "vLLM log lines", "", "paste the start-up lines for the cross-check"),
+    f("lengths", "Length distribution", "", "ood176: size the built-in OOD176 example (pasted lengths never enter the link)"),
     f("embed", "Embed", "", "kv: the compact widget"),
 ];
 
@@ -209,6 +210,16 @@ impl Form {
         );
         let params = keep(&mut errors, self.optional("params", runs::parse_u64));
         let weight_dtype = keep(&mut errors, self.dtype("weight_dtype"));
+        let lengths = self.get("lengths");
+        if !matches!(lengths, "" | crate::distribution::BUILTIN) {
+            errors.push(FieldError::new(
+                "lengths",
+                format!(
+                    "`{lengths}` is not a built-in distribution (use lengths={}, or paste lengths on the page)",
+                    crate::distribution::BUILTIN
+                ),
+            ));
+        }
         let embed = self.get("embed");
         if !matches!(embed, "" | "kv") {
             errors.push(FieldError::new("embed", format!("`{embed}` is not a widget (use embed=kv)")));

@@ -3,7 +3,7 @@
 //! This crate is the calculator's whole brain: the layer-type-aware payload
 //! (`B_KV = 2 × L × H_kv × d_head × b × ΣT_i` and its generalisations), paged
 //! block rounding, tensor-parallel sharding, prefix sharing, the GPU-budget
-//! inversion, the vLLM cross-check, model presets, the Hugging Face
+//! inversion, capacity from a length distribution, the vLLM cross-check, model presets, the Hugging Face
 //! `config.json` import, the URL query codec and the SVG plot.
 //!
 //! It knows nothing of Leptos, web-sys or the filesystem: callers hand it
@@ -17,6 +17,7 @@
 
 pub mod calc;
 pub mod config_import;
+pub mod distribution;
 pub mod dtype;
 pub mod error;
 pub mod form;

@@ -100,6 +100,65 @@ pub fn svg(inputs: &Inputs, report: &Report) -> String {
     s
 }
 
+/// Capacity against the percentile of retained length: sequences that fit
+/// on one GPU if every sequence were as long as that percentile, with the
+/// mean's count as a line (a distribution sized by its mean).
+pub fn distribution_svg(report: &crate::distribution::DistributionReport) -> String {
+    let mean = report.rows.first().map_or(0.0, |r| r.sequences as f64);
+    let y_top = report.curve.iter().map(|p| p.sequences as f64).chain([mean]).fold(1.0, f64::max);
+    let y_max = nice_ceiling(y_top * 1.08);
+    let (x_min, x_max) = (50.0, 100.0);
+    let sx = |x: f64| LEFT + (WIDTH - LEFT - RIGHT) * (x - x_min) / (x_max - x_min);
+    let sy = |y: f64| HEIGHT - BOTTOM - (HEIGHT - TOP - BOTTOM) * y / y_max;
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="kvdist-title" class="kv-plot"><title id="kvdist-title">Sequences that fit on one GPU against the percentile of retained length</title>"#
+    );
+    for i in 0..=4 {
+        let y = y_max * i as f64 / 4.0;
+        let py = sy(y);
+        s.push_str(&format!(r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/>"#, WIDTH - RIGHT));
+        // Counts are whole, but a quarter of a nice maximum may not be (12.5).
+        let label = if y.fract() == 0.0 { units::group_digits(y as u128) } else { format!("{y:.1}") };
+        s.push_str(&format!(r#"<text class="tick" x="{}" y="{:.1}" text-anchor="end">{label}</text>"#, LEFT - 6.0, py + 4.0));
+    }
+    for p in (50..=100).step_by(10) {
+        s.push_str(&format!(
+            r#"<text class="tick" x="{:.1}" y="{}" text-anchor="middle">p{p}</text>"#,
+            sx(p as f64),
+            HEIGHT - BOTTOM + 16.0
+        ));
+    }
+    s.push_str(&format!(
+        r#"<text class="axis" x="{:.1}" y="{}" text-anchor="middle">percentile of retained length (prompt + answer) · {} sequences in the sample</text>"#,
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        HEIGHT - 6.0,
+        report.samples
+    ));
+    let path: Vec<String> = report.curve.iter().map(|p| format!("{:.1},{:.1}", sx(p.percentile as f64), sy(p.sequences as f64))).collect();
+    s.push_str(&format!(r#"<polyline class="curve" fill="none" points="{}"/>"#, path.join(" ")));
+    let py = sy(mean);
+    s.push_str(&format!(r#"<line class="budget" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/>"#, WIDTH - RIGHT));
+    s.push_str(&format!(
+        r#"<text class="budget-label" x="{}" y="{:.1}" text-anchor="end">sized by the mean: {}</text>"#,
+        WIDTH - RIGHT - 4.0,
+        py - 5.0,
+        units::group_digits(mean as u128)
+    ));
+    for label in ["p95", "p99"] {
+        if let (Some(row), Some(p)) = (report.rows.iter().find(|r| r.label == label), label[1..].parse::<f64>().ok()) {
+            s.push_str(&format!(
+                r#"<circle class="mix" cx="{:.1}" cy="{:.1}" r="4"><title>{label}: {} tokens, {} sequences</title></circle>"#,
+                sx(p),
+                sy(row.sequences as f64),
+                row.retained_tokens,
+                row.sequences
+            ));
+        }
+    }
+    s.push_str("</svg>");
+    s
+}
+
 /// 1, 2, 2.5 or 5 × 10^k, at least `v` (for tick labels a person can read).
 fn nice_ceiling(v: f64) -> f64 {
     let exp = 10f64.powf(v.max(1e-9).log10().floor());
@@ -141,5 +200,16 @@ mod tests {
         assert!(svg.contains(r#"class="budget""#));
         assert!(svg.contains(r#"class="mix""#));
         assert_eq!(svg.matches("<polyline").count(), 1);
+    }
+
+    #[test]
+    fn distribution_plot_has_the_curve_the_mean_and_the_tail() {
+        let lengths = crate::distribution::parse_lengths("input,output\n100,10\n2000,200\n30000,500\n").unwrap();
+        let report = crate::distribution::capacity(&Inputs::seed(), 40 << 30, &lengths).unwrap();
+        let svg = distribution_svg(&report);
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+        assert_eq!(svg.matches("<polyline").count(), 1);
+        assert_eq!(svg.matches(r#"class="mix""#).count(), 2);
+        assert!(svg.contains("sized by the mean: "), "{svg}");
     }
 }
