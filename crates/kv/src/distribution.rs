@@ -250,9 +250,13 @@ fn percentile(sorted: &[u64], p: u32) -> u64 {
     sorted[rank - 1]
 }
 
-/// Sizes `lengths` against the budget of `inputs` (which must give one:
-/// the GPU's memory, less reserve and weights, is what sequences share).
+/// Sizes `lengths` with the model of `inputs` against one GPU's K/V
+/// budget (the calculator's inversion: the GPU's memory less reserve and
+/// weights). Lengths without a sequence are refused, as the reader does.
 pub fn capacity(inputs: &Inputs, kv_budget_bytes_per_gpu: u128, lengths: &Lengths) -> Result<DistributionReport, KvError> {
+    if lengths.samples.is_empty() {
+        return Err(crate::FieldError::new("lengths", "no sequence to size").into());
+    }
     let budget_bits = kv_budget_bytes_per_gpu.checked_mul(8).ok_or(KvError::Overflow { what: "K/V budget" })?;
     let fit = |bits: u128| budget_bits.checked_div(bits).unwrap_or(0);
     let mut retained: Vec<u64> = lengths.samples.iter().map(|s| s.retained()).collect();
