@@ -77,18 +77,9 @@ pub fn svg(inputs: &Inputs, report: &Report) -> String {
         HEIGHT - 6.0,
         inputs.block
     ));
-    let path: Vec<String> = curve.iter().map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y))).collect();
-    s.push_str(&format!(r#"<polyline class="curve" fill="none" points="{}"/>"#, path.join(" ")));
-    if let Some(b) = budget {
-        let py = sy(b);
-        s.push_str(&format!(r#"<line class="budget" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/>"#, WIDTH - RIGHT));
-        s.push_str(&format!(
-            r#"<text class="budget-label" x="{}" y="{:.1}" text-anchor="end">KV budget per GPU {}</text>"#,
-            WIDTH - RIGHT - 4.0,
-            py - 5.0,
-            units::binary(b as u128)
-        ));
-    }
+    let points: Vec<(f64, f64)> = curve.iter().map(|&(x, y)| (sx(x), sy(y))).collect();
+    let level = budget.map(|b| (sy(b), format!("KV budget per GPU {}", units::binary(b as u128))));
+    push_curve_and_level(&mut s, &points, level);
     s.push_str(&format!(
         r#"<circle class="mix" cx="{:.1}" cy="{:.1}" r="5"><title>current mix: mean T {:.0}, {} per GPU</title></circle>"#,
         sx(mix.0),
@@ -134,16 +125,8 @@ pub fn distribution_svg(report: &crate::distribution::DistributionReport) -> Str
         HEIGHT - 6.0,
         report.samples
     ));
-    let path: Vec<String> = report.curve.iter().map(|p| format!("{:.1},{:.1}", sx(p.percentile as f64), sy(p.sequences as f64))).collect();
-    s.push_str(&format!(r#"<polyline class="curve" fill="none" points="{}"/>"#, path.join(" ")));
-    let py = sy(mean);
-    s.push_str(&format!(r#"<line class="budget" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/>"#, WIDTH - RIGHT));
-    s.push_str(&format!(
-        r#"<text class="budget-label" x="{}" y="{:.1}" text-anchor="end">sized by the mean: {}</text>"#,
-        WIDTH - RIGHT - 4.0,
-        py - 5.0,
-        units::group_digits(mean as u128)
-    ));
+    let points: Vec<(f64, f64)> = report.curve.iter().map(|p| (sx(p.percentile as f64), sy(p.sequences as f64))).collect();
+    push_curve_and_level(&mut s, &points, Some((sy(mean), format!("sized by the mean: {}", units::group_digits(mean as u128)))));
     for label in ["p95", "p99"] {
         if let (Some(row), Some(p)) = (report.rows.iter().find(|r| r.label == label), label[1..].parse::<f64>().ok()) {
             s.push_str(&format!(
@@ -157,6 +140,22 @@ pub fn distribution_svg(report: &crate::distribution::DistributionReport) -> Str
     }
     s.push_str("</svg>");
     s
+}
+
+/// A curve through `points` (in the figure's coordinates) and, where
+/// given, a labelled horizontal line at a height: the budget in one plot,
+/// the mean's capacity in the other. Labels are built from numbers only.
+fn push_curve_and_level(s: &mut String, points: &[(f64, f64)], level: Option<(f64, String)>) {
+    let path: Vec<String> = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+    s.push_str(&format!(r#"<polyline class="curve" fill="none" points="{}"/>"#, path.join(" ")));
+    if let Some((py, label)) = level {
+        s.push_str(&format!(r#"<line class="budget" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/>"#, WIDTH - RIGHT));
+        s.push_str(&format!(
+            r#"<text class="budget-label" x="{}" y="{:.1}" text-anchor="end">{label}</text>"#,
+            WIDTH - RIGHT - 4.0,
+            py - 5.0
+        ));
+    }
 }
 
 /// 1, 2, 2.5 or 5 × 10^k, at least `v` (for tick labels a person can read).
