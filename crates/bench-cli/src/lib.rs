@@ -132,14 +132,20 @@ impl LoadInputs {
 
     /// How the arrivals come, for a run's heading.
     pub fn arrivals_label(&self, flags: &LoadFlags) -> String {
-        match (&self.trace, &flags.trace) {
-            (Some(trace), Some(path)) => format!("the trace {} ({} arrivals)", path.display(), trace.arrivals.len()),
-            _ => format!("open-loop Poisson arrivals, seed {}", flags.seed),
+        match &self.trace {
+            Some(trace) => format!("the trace {} ({} arrivals)", flags.arrivals_source(), trace.arrivals.len()),
+            None => format!("open-loop Poisson arrivals, seed {}", flags.seed),
         }
     }
 }
 
 impl LoadFlags {
+    /// Where the arrivals come from, as a report records it (the serving
+    /// study's `arrivals`): `poisson`, or the trace file's path.
+    pub fn arrivals_source(&self) -> String {
+        self.trace.as_ref().map_or("poisson".to_string(), |path| path.display().to_string())
+    }
+
     /// Checks the flags against each other (usage errors, exit 2).
     pub fn check(&self) -> Result<()> {
         if let Some(bad) = self.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {

@@ -355,11 +355,26 @@ mod tests {
         assert_eq!(requests[0].max_new_tokens, 5);
         assert_eq!((requests[1].prompt_tokens, requests[2].prompt_tokens), (9, 40));
         assert!(requests[1..].iter().all(|r| lengths.contains(&r.max_new_tokens)));
-        // The draws are the Poisson load's: the same seed, the same lengths in arrival order.
+        // The Poisson load draws as it did before traces shared its path:
+        // one length a request, in arrival order, from the seed's own
+        // stream (written out here, so the path cannot be checked against
+        // itself), so runs recorded before replay the same.
+        use rand::{Rng, SeedableRng};
         let poisson = generation_requests(50.0, 1.0, 3, &[40, 9], &lengths);
-        let unnamed: Vec<TracedArrival> =
-            poisson.iter().map(|r| TracedArrival { at_ms: r.arrival_ms, prompt: r.prompt, max_new_tokens: None }).collect();
-        assert_eq!(traced_requests(&unnamed, 3, &[40, 9], &lengths), poisson);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3 ^ 0x6f75_7470_7574);
+        let arrivals = serving::poisson_trace(50.0, 1.0, 3, 2);
+        assert!(arrivals.len() > 20);
+        let expected: Vec<(f64, usize, usize)> =
+            arrivals.iter().map(|a| (a.at_ms, a.prompt, lengths[rng.random_range(0..lengths.len())])).collect();
+        assert_eq!(poisson.iter().map(|r| (r.arrival_ms, r.prompt, r.max_new_tokens)).collect::<Vec<_>>(), expected);
+        // A trace line that names its length still takes its draw: the next
+        // line's drawn length is the same as if the first had drawn.
+        let named = [TracedArrival { max_new_tokens: Some(5), ..trace.arrivals[1].clone() }, trace.arrivals[1].clone()];
+        let drawn = [TracedArrival { max_new_tokens: None, ..trace.arrivals[1].clone() }, trace.arrivals[1].clone()];
+        let (a, b) = (traced_requests(&named, 3, &[40, 9], &lengths), traced_requests(&drawn, 3, &[40, 9], &lengths));
+        assert_eq!((a[0].max_new_tokens, a[1].max_new_tokens), (5, b[1].max_new_tokens));
+        // (The seed's first two draws differ, so a skipped draw would show.)
+        assert_ne!(b[0].max_new_tokens, b[1].max_new_tokens);
     }
 
     #[test]

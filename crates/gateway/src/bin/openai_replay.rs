@@ -129,7 +129,6 @@ fn run(args: Args) -> Result<()> {
         ttft_slo_ms: args.load.ttft_slo_ms,
         tpot_slo_ms: args.load.tpot_slo_ms,
     };
-    let arrivals = args.load.trace.as_ref().map_or("poisson".to_string(), |path| path.display().to_string());
     let mut runs = Vec::new();
     for load in inputs.runs(&args.load, &prompt_tokens)? {
         let rate = load.rate_per_s;
@@ -189,7 +188,7 @@ fn run(args: Args) -> Result<()> {
             router::LoadTimings::default(),
             args.load.prompts.display().to_string(),
             bench::report::Studies {
-                client: Some(ClientStudy { requests: Vec::new(), runs, arrivals: Some(arrivals) }),
+                client: Some(ClientStudy { requests: Vec::new(), runs, arrivals: Some(args.load.arrivals_source()) }),
                 ..bench::report::Studies::default()
             },
         );
