@@ -272,12 +272,16 @@ fn ModelInputs(form: RwSignal<Form>, errors: Errors, embed: bool) -> impl IntoVi
             <TextField form=form errors=errors name="head_dim"/>
             {(!embed).then(|| view! {
                 <details class="wide" open=move || form.with(|f| !(f.get("layer_types").is_empty() && f.get("layer_kv_heads").is_empty() && f.get("kv_lora_rank").is_empty()))>
-                    <summary>"Layer types: sliding window, MLA, per-layer KV heads"</summary>
+                    <summary>"Layer types: sliding window, MLA, per-layer KV heads, recurrent state"</summary>
                     <TextField form=form errors=errors name="layer_types"/>
                     <TextField form=form errors=errors name="window"/>
                     <TextField form=form errors=errors name="layer_kv_heads"/>
                     <TextField form=form errors=errors name="kv_lora_rank"/>
                     <TextField form=form errors=errors name="qk_rope_head_dim"/>
+                    <TextField form=form errors=errors name="conv_state"/>
+                    <TextField form=form errors=errors name="ssm_state"/>
+                    <TextField form=form errors=errors name="state_dtype"/>
+                    <TextField form=form errors=errors name="ssm_dtype"/>
                 </details>
                 <ConfigImport form=form/>
             })}
@@ -492,10 +496,11 @@ fn Results(inputs: Inputs, report: Report, form: RwSignal<Form>, embed: bool) ->
             <table class="terms">
                 <tbody>
                     <tr><th scope="row">"logical payload"</th><td class="num">{units::group_digits(report.logical_bytes)}</td><td class="num">{units::binary(report.logical_bytes)}</td></tr>
-                    <tr><th scope="row">"+ paged-block rounding (⌈Tᵢ / block⌉ × block per sequence)"</th><td class="num" data-testid="rounding">{units::group_digits(report.rounding_bytes)}</td><td class="num">{units::binary(report.rounding_bytes)}</td></tr>
+                    <tr><th scope="row">{if report.hybrid_page.is_some() { "+ paged-block rounding and each recurrent state padded to a page" } else { "+ paged-block rounding (⌈Tᵢ / block⌉ × block per sequence)" }}</th><td class="num" data-testid="rounding">{units::group_digits(report.rounding_bytes)}</td><td class="num">{units::binary(report.rounding_bytes)}</td></tr>
                     <tr class="total"><th scope="row">"= allocated"</th><td class="num" data-testid="allocated-bytes">{units::group_digits(report.allocated_bytes)}</td><td class="num" data-testid="allocated-total">{units::binary(report.allocated_bytes)}</td></tr>
                 </tbody>
             </table>
+            {report.hybrid_page.as_ref().map(|p| view! { <p class="hint" data-testid="hybrid-page">{p.explanation()}</p> })}
         </section>
         <section data-testid="tensor-parallel">
             <h2>{format!("Tensor parallel: TP = {}", tp.degree)}</h2>

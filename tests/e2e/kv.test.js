@@ -57,6 +57,30 @@ test('sliding-window model (Gemma-3-27B): one line per layer group, summing to t
   assert.equal(bytes[0] + bytes[1], 3120562176n);
 });
 
+test('hybrid model (Qwen3-Next): a constant recurrent state beside the growing K/V, paged as vLLM pages it', async () => {
+  const page = await newPage(browser);
+  await open(page, '?preset=qwen3-next-80b-a3b&seqs=8192x4');
+  // 36 delta-rule layers × (3 × 8,192 × 2 + 32 × 128 × 128 × 2 = 1,097,728 bytes) × 4
+  // sequences, plus 12 attention layers × 2,048 bytes × 32,768 tokens.
+  assert.equal(await text(page, 'exact-bytes'), '963,379,200 bytes');
+  const rows = (await page.getByTestId('logical-terms').first().locator('tbody tr').allInnerTexts()).join('\n');
+  assert.match(rows, /linear attention \(gated delta rule\) state · 36 layers · constant per sequence/);
+  assert.match(rows, /36 × \(3 × 8192 × 2 \+ 32 × 128 × 128 × 2\) × 4/);
+  assert.match(rows, /full attention · 12 layers/);
+  // vLLM's block for this model, and each state padded to its page.
+  assert.match(await text(page, 'hybrid-page'), /the attention block becomes 544 tokens/);
+  assert.equal(await text(page, 'allocated-bytes'), '1,016,070,144');
+  assert.match(page.url(), /ssm_state=32x128x128/);
+  // Twice the tokens: only the attention term grows.
+  await page.fill('#f-seqs', '16384x4');
+  await page.waitForFunction(() => document.querySelector('[data-testid=exact-bytes]').innerText === '1,768,685,568 bytes');
+  // A bad state is named at its field, and the figures wait for it.
+  await page.fill('#f-ssm_state', '32x128x128x2');
+  await page.waitForFunction(() => document.querySelector('[data-error-for=ssm_state]')?.innerText.includes('has 4 factors'));
+  assert.equal(await page.inputValue('#f-ssm_state'), '32x128x128x2');
+  await screenshot(page, 'kv-hybrid');
+});
+
 test('typing updates figures and the URL (replaceState, no history entries)', async () => {
   const page = await newPage(browser);
   await open(page, '?layers=32&kv_heads=8&head_dim=128&kv_dtype=bf16&seqs=8192x4');

@@ -165,6 +165,12 @@ fn print_text(r: &kv::Report, notes: &[String]) {
         units::binary(r.allocated_bytes),
         units::group_digits(r.rounding_bytes)
     );
+    if let Some(page) = &r.hybrid_page {
+        println!("  {}", page.explanation());
+    }
+    for n in &r.notes {
+        println!("  note: {n}");
+    }
     let tp = &r.tensor_parallel;
     println!(
         "per GPU at TP {}: {} logical, {} allocated",

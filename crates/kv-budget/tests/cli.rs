@@ -37,6 +37,26 @@ fn config_import_as_json() {
     assert_eq!(v["allocated_bytes"], 2 * 28 * 8 * 128 * 2 * 4096);
 }
 
+/// A hybrid preset: the recurrent state as its own term, vLLM's page in
+/// the JSON and in the text, and capacity that counts the state.
+#[test]
+fn a_hybrid_preset_reports_its_state_and_vllm_page() {
+    let (code, out, err) =
+        kv_budget(&["--preset", "qwen3-next-80b-a3b", "--seqs", "8192x4", "--set", "gpu_gib=80", "--set", "tp=2", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["logical_bytes"], 963_379_200u64);
+    assert_eq!(v["report"]["hybrid_page"]["block"], 544);
+    assert_eq!(v["report"]["tensor_parallel"]["per_gpu_logical_bytes"], 963_379_200u64 / 2);
+    let state = &v["report"]["logical"]["terms"][0];
+    assert!(state["label"].as_str().unwrap().contains("constant per sequence"), "{state}");
+    assert!(v["query"].as_str().unwrap().contains("conv_state=3x8192"));
+    let (code, out, err) = kv_budget(&["--preset", "jamba-v0.1", "--seqs", "4096"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("the attention block becomes 80 tokens"), "{out}");
+    assert!(out.contains("Mamba state · 28 layers"), "{out}");
+}
+
 #[test]
 fn bad_input_names_the_field_and_fails() {
     // Exit code 2: the command line is wrong; 1: something failed while running.

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::dtype::Dtype;
 use crate::error::KvError;
-use crate::model::{LayerKind, LayerRun, ModelShape};
+use crate::model::{LayerKind, LayerRun, ModelShape, RecurrentState};
 use crate::runs::{total_count, Run};
 use crate::units::{self, Decimal};
 use crate::vllm::VllmObservation;
@@ -47,6 +47,11 @@ pub struct GpuBudget {
 pub struct Inputs {
     pub model: ModelShape,
     pub kv_dtype: Dtype,
+    /// A recurrent layer's state: its convolution part in `state_dtype`, its
+    /// SSM part in `ssm_dtype` (vLLM's `--mamba-cache-dtype` and
+    /// `--mamba-ssm-cache-dtype`).
+    pub state_dtype: Dtype,
+    pub ssm_dtype: Dtype,
     pub scale: Option<ScaleOverhead>,
     /// Sequence lengths `T_i`, run-length encoded.
     pub seqs: Vec<Run<u64>>,
@@ -66,6 +71,8 @@ impl Inputs {
         Inputs {
             model: ModelShape::uniform(32, 8, 128),
             kv_dtype: Dtype::Bf16,
+            state_dtype: Dtype::Bf16,
+            ssm_dtype: Dtype::Bf16,
             scale: None,
             seqs: vec![Run { value: 8192, count: 4 }],
             block: 16,
@@ -162,6 +169,52 @@ pub struct CrossCheck {
     pub difference_text: String,
 }
 
+/// vLLM's paging of a hybrid model (attention and recurrent layers): one
+/// page size for both, so the attention block grows until a page of one
+/// attention layer holds one recurrent layer's state, and each state is
+/// padded to that page. Sizes are one GPU's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HybridPage {
+    /// The block the form asked for.
+    pub requested_block: u64,
+    /// The smallest block whose page holds a state:
+    /// `16 × ⌈state ÷ (16 × attention bytes per token)⌉`.
+    pub aligned_block: u64,
+    /// The block vLLM uses: the larger of the two.
+    pub block: u64,
+    /// One attention layer's K and V for one token.
+    pub attention_token_bits: u128,
+    /// One recurrent layer's state for one sequence.
+    pub state_bits: u128,
+    /// `block × attention_token_bits`: what each state is padded to.
+    pub page_bits: u128,
+}
+
+impl HybridPage {
+    /// The sentence vLLM's two start-up lines correspond to.
+    pub fn explanation(&self) -> String {
+        let padding = units::decimal_ratio((self.page_bits - self.state_bits) * 100, self.state_bits.max(1));
+        let block = if self.block == self.aligned_block {
+            format!(
+                "the attention block becomes {} tokens, 16 × ⌈{} ÷ (16 × {})⌉ (the form asked for {})",
+                self.block,
+                bytes_text(self.state_bits),
+                bytes_text(self.attention_token_bits),
+                self.requested_block
+            )
+        } else {
+            format!("the form's block of {} tokens is kept (at least the {} a state needs)", self.block, self.aligned_block)
+        };
+        format!(
+            "vLLM pages a hybrid model with one page size: {block}, so that one attention layer's page, {} × {} = {} bytes, holds one layer's recurrent state of {} bytes; each state is padded to the page (+{padding} %). Sizes are one GPU's. SGLang keeps states in a pool of their own instead.",
+            self.block,
+            bytes_text(self.attention_token_bits),
+            bytes_text(self.page_bits),
+            bytes_text(self.state_bits),
+        )
+    }
+}
+
 /// Every figure of one calculation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -180,7 +233,9 @@ pub struct Report {
     pub per_sequence_is_mean: bool,
     pub logical: Breakdown,
     pub logical_bytes: u128,
+    /// The block the allocation is counted in (a hybrid model's is vLLM's).
     pub block: u64,
+    pub hybrid_page: Option<HybridPage>,
     pub allocated: Breakdown,
     pub allocated_bytes: u128,
     pub rounding_bytes: u128,
@@ -212,23 +267,67 @@ fn add(a: u128, b: u128, what: &'static str) -> Result<u128, KvError> {
 #[derive(Clone, Copy)]
 enum Counting {
     Logical,
-    Paged(u64),
+    /// Whole blocks of `block` tokens; with `hybrid`, each recurrent layer's
+    /// state takes one page of `block` tokens of an attention layer.
+    Paged {
+        block: u64,
+        hybrid: bool,
+    },
 }
 
 impl Counting {
     fn round(self, tokens: u64) -> u128 {
         match self {
             Counting::Logical => tokens as u128,
-            Counting::Paged(b) => (tokens as u128).div_ceil(b as u128) * b as u128,
+            Counting::Paged { block, .. } => (tokens as u128).div_ceil(block as u128) * block as u128,
         }
     }
     /// Prefix tokens that can be held once: with pages, only whole blocks.
     fn shared(self, prefix: u64) -> u128 {
         match self {
             Counting::Logical => prefix as u128,
-            Counting::Paged(b) => (prefix / b * b) as u128,
+            Counting::Paged { block, .. } => (prefix / block * block) as u128,
         }
     }
+}
+
+/// One recurrent layer's state for one sequence, in bits.
+fn state_bits(state: &RecurrentState, inputs: &Inputs) -> u128 {
+    state.conv_elements() * inputs.state_dtype.bits() as u128 + state.ssm_elements() * inputs.ssm_dtype.bits() as u128
+}
+
+/// One attention layer's K and V for one token (the first attention group's
+/// shape, as vLLM takes the model's KV heads and head size).
+fn attention_token_bits(groups: &[LayerRun], dtype_bits: u128) -> Option<u128> {
+    groups.iter().find(|g| g.kind.is_attention()).map(|g| g.elements_per_token() * dtype_bits)
+}
+
+/// vLLM's page for a model with both attention and recurrent layers, from
+/// one GPU's layer groups; `None` for any other model.
+fn hybrid_page(gpu_groups: &[LayerRun], inputs: &Inputs) -> Result<Option<HybridPage>, KvError> {
+    let Some(attention_token_bits) = attention_token_bits(gpu_groups, inputs.kv_dtype.bits() as u128) else { return Ok(None) };
+    let state = gpu_groups
+        .iter()
+        .filter_map(|g| match &g.kind {
+            LayerKind::Recurrent { state, .. } => Some(state_bits(state, inputs)),
+            _ => None,
+        })
+        .max();
+    let Some(state_bits) = state else { return Ok(None) };
+    let alignment = mul(&[16, attention_token_bits], "hybrid page")?;
+    let needed = mul(&[16, state_bits.div_ceil(alignment)], "hybrid page")?;
+    let requested = inputs.block.max(1);
+    let aligned = u64::try_from(needed).map_err(|_| KvError::Overflow { what: "hybrid page" })?;
+    let block = aligned.max(requested);
+    let page_bits = mul(&[block as u128, attention_token_bits], "hybrid page")?;
+    Ok(Some(HybridPage { requested_block: requested, aligned_block: aligned, block, attention_token_bits, state_bits, page_bits }))
+}
+
+/// How the allocation is counted: the form's block, or vLLM's for a hybrid model.
+fn paging(gpu_groups: &[LayerRun], inputs: &Inputs) -> Result<(Counting, Option<HybridPage>), KvError> {
+    let page = hybrid_page(gpu_groups, inputs)?;
+    let block = page.as_ref().map_or(inputs.block.max(1), |p| p.block);
+    Ok((Counting::Paged { block, hybrid: page.is_some() }, page))
 }
 
 /// `Σ round(retained(T_i))` for one layer group.
@@ -260,6 +359,8 @@ fn group_label(g: &LayerRun, plain_heads: u32) -> String {
         LayerKind::Mla { kv_lora_rank, qk_rope_head_dim } => {
             format!("MLA latent {kv_lora_rank} + RoPE key {qk_rope_head_dim} · {} layers", g.count)
         }
+        LayerKind::Recurrent { family, .. } => format!("{} state · {} layers", family.name(), g.count),
+        LayerKind::Stateless => format!("no mixer state · {} layers", g.count),
     }
 }
 
@@ -270,6 +371,8 @@ fn group_expression(g: &LayerRun, dtype: Dtype, tokens: u128) -> String {
         LayerKind::Mla { kv_lora_rank, qk_rope_head_dim } => {
             format!("{} × ({kv_lora_rank} + {qk_rope_head_dim}) × {b} × {tokens}", g.count)
         }
+        // Per-sequence terms: `breakdown` writes theirs with the state's shape.
+        LayerKind::Recurrent { .. } | LayerKind::Stateless => String::new(),
     }
 }
 
@@ -281,7 +384,67 @@ fn breakdown(groups: &[LayerRun], inputs: &Inputs, counting: Counting) -> Result
     let mut total = 0u128;
     let mut scale_total = 0u128;
     let mut scale_parts = Vec::new();
+    let sequences = total_count(&inputs.seqs);
     for g in groups {
+        match &g.kind {
+            LayerKind::Recurrent { family, state } => {
+                let state_bits = state_bits(state, inputs);
+                let page = match (counting, attention_token_bits(groups, dtype_bits)) {
+                    (Counting::Paged { block, hybrid: true }, Some(t)) => {
+                        Some((block, t, mul(&[block as u128, t], "hybrid page")?.max(state_bits)))
+                    }
+                    _ => None,
+                };
+                let (per_layer, expression) = match page {
+                    Some((block, token_bits, page_bits)) => (
+                        page_bits,
+                        format!(
+                            "{} × {} bytes (one page: {block} tokens × {} bytes of an attention layer) × {sequences}",
+                            g.count,
+                            bytes_text(page_bits),
+                            bytes_text(token_bits)
+                        ),
+                    ),
+                    None => (
+                        state_bits,
+                        format!(
+                            "{} × ({} × {} × {} + {} × {} × {}) × {sequences}",
+                            g.count,
+                            state.conv_rows,
+                            state.conv_channels,
+                            inputs.state_dtype.bytes_text(),
+                            state.ssm_heads,
+                            // A Mamba-1 state has two dimensions: no "× 1".
+                            if state.ssm_cols == 1 {
+                                state.ssm_rows.to_string()
+                            } else {
+                                format!("{} × {}", state.ssm_rows, state.ssm_cols)
+                            },
+                            inputs.ssm_dtype.bytes_text()
+                        ),
+                    ),
+                };
+                let bits = mul(&[g.count as u128, per_layer, sequences], "recurrent state")?;
+                total = add(total, bits, "logical payload")?;
+                terms.push(Term {
+                    label: format!("{} state · {} layers · constant per sequence, whatever its length", family.name(), g.count),
+                    expression,
+                    bits,
+                    negative: false,
+                });
+                continue;
+            }
+            LayerKind::Stateless => {
+                terms.push(Term {
+                    label: format!("no mixer state · {} layers (MLP or MoE only)", g.count),
+                    expression: "nothing kept between tokens".into(),
+                    bits: 0,
+                    negative: false,
+                });
+                continue;
+            }
+            LayerKind::Full | LayerKind::Sliding { .. } | LayerKind::Mla { .. } => {}
+        }
         let tokens = retained_tokens(g, &inputs.seqs, counting)?;
         let bits = mul(&[g.count as u128, g.elements_per_token(), dtype_bits, tokens], "layer group payload")?;
         total = add(total, bits, "logical payload")?;
@@ -317,8 +480,8 @@ fn breakdown(groups: &[LayerRun], inputs: &Inputs, counting: Counting) -> Result
         let saving = saving.min(total);
         total -= saving;
         let tokens_text = match counting {
-            Counting::Paged(b) if shared_tokens != p.tokens as u128 => {
-                format!("{shared_tokens} (whole {b}-token blocks of {})", p.tokens)
+            Counting::Paged { block, .. } if shared_tokens != p.tokens as u128 => {
+                format!("{shared_tokens} (whole {block}-token blocks of {})", p.tokens)
             }
             _ => shared_tokens.to_string(),
         };
@@ -339,6 +502,25 @@ fn per_gpu_groups(groups: &[LayerRun], tp: u32) -> Result<(Vec<LayerRun>, Vec<Pl
     for g in groups {
         let label = group_label(g, g.kv_heads);
         let (heads, mode, explanation) = match g.kind {
+            LayerKind::Recurrent { family, state } => {
+                let shard = state.shard(tp).map_err(|m| crate::error::FieldError::new("tp", m))?;
+                out.push(LayerRun { kind: LayerKind::Recurrent { family, state: shard }, ..g.clone() });
+                let explanation = if tp == 1 {
+                    "TP = 1: one GPU holds the whole state".to_string()
+                } else {
+                    format!(
+                        "{} conv channels and {} SSM heads ÷ TP {tp} = {} and {} per GPU",
+                        state.conv_channels, state.ssm_heads, shard.conv_channels, shard.ssm_heads
+                    )
+                };
+                placements.push(Placement { label, mode: if tp == 1 { "single GPU" } else { "sharded" }.to_string(), explanation });
+                continue;
+            }
+            LayerKind::Stateless => {
+                out.push(g.clone());
+                placements.push(Placement { label, mode: "no cache".to_string(), explanation: "nothing to place".to_string() });
+                continue;
+            }
             LayerKind::Mla { .. } => (
                 g.kv_heads,
                 "replicated (latent)",
@@ -404,11 +586,15 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
     let per_token_bits = bits_per_token(groups.iter(), dtype_bits, None);
 
     let logical = breakdown(&groups, inputs, Counting::Logical)?;
-    let block = inputs.block.max(1);
-    let paged = Counting::Paged(block);
+    let (gpu_groups, placements) = per_gpu_groups(&groups, inputs.tp.max(1))?;
+    // The page is decided on one GPU's share, as vLLM decides it.
+    let (paged, hybrid_page) = paging(&gpu_groups, inputs)?;
+    let block = match paged {
+        Counting::Paged { block, .. } => block,
+        Counting::Logical => 1,
+    };
     let allocated = breakdown(&groups, inputs, paged)?;
 
-    let (gpu_groups, placements) = per_gpu_groups(&groups, inputs.tp.max(1))?;
     let per_gpu_logical = breakdown(&gpu_groups, inputs, Counting::Logical)?;
     let per_gpu_allocated = breakdown(&gpu_groups, inputs, paged)?;
     let tp = inputs.tp.max(1) as u128;
@@ -433,6 +619,22 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
     let cross_check = inputs.vllm.as_ref().map(|v| cross_check(v, budget.as_ref(), gpu_token_bits));
 
     let mut notes = Vec::new();
+    let per_sequence_state_bits: u128 = gpu_groups
+        .iter()
+        .filter_map(|g| match &g.kind {
+            LayerKind::Recurrent { state, .. } => Some(g.count as u128 * state_bits(state, inputs)),
+            _ => None,
+        })
+        .sum();
+    if per_sequence_state_bits > 0 {
+        notes.push(format!(
+            "Each sequence holds {} bytes of recurrent state on one GPU however long it is (before any page padding); the per-token figures and the retained-token capacity count attention K/V only, the sequence capacity counts both.",
+            bytes_text(per_sequence_state_bits)
+        ));
+        if inputs.vllm.is_some() {
+            notes.push("For a hybrid model the cross-check's per-token comparison covers attention K/V only: vLLM's pages also hold the recurrent states, so its token count is not a per-token figure of ours.".into());
+        }
+    }
     if groups.iter().any(|g| matches!(g.kind, LayerKind::Sliding { .. })) {
         notes.push("Sliding-window layers are allocated as ⌈min(Tᵢ, window) / block⌉ blocks; engines may keep one extra block while the window crosses a block boundary.".into());
         if inputs.prefix.is_some() {
@@ -459,6 +661,7 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
         allocated_bytes: allocated.total_bytes(),
         logical,
         block,
+        hybrid_page,
         allocated,
         tensor_parallel,
         budget,
@@ -474,7 +677,8 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
 pub fn sequence_allocated_bits(inputs: &Inputs, tokens: u64) -> Result<u128, KvError> {
     let (gpu_groups, _) = per_gpu_groups(&inputs.model.groups(), inputs.tp.max(1))?;
     let one = Inputs { seqs: vec![Run { value: tokens, count: 1 }], prefix: None, budget: None, vllm: None, ..inputs.clone() };
-    Ok(breakdown(&gpu_groups, &one, Counting::Paged(inputs.block.max(1)))?.total_bits)
+    let (paged, _) = paging(&gpu_groups, inputs)?;
+    Ok(breakdown(&gpu_groups, &one, paged)?.total_bits)
 }
 
 fn invert_budget(b: GpuBudget, tp: u128, mix_bits: u128, token_bits: u128, sequences: u128) -> Result<BudgetReport, KvError> {
@@ -624,6 +828,86 @@ mod tests {
         let c = compute(&i).unwrap().cross_check.unwrap();
         assert_eq!(c.implied_bytes_per_token, "134,217.73");
         assert_eq!(c.difference_text, "+3,145.73 bytes per token (+2.40 %), engine minus computed");
+    }
+
+    fn hybrid(preset: &str, seqs: &str, tp: &str) -> Report {
+        let mut form = crate::Form::default();
+        form.apply(&crate::presets::find(preset).unwrap().patch());
+        form.set("seqs", seqs);
+        form.set("tp", tp);
+        compute(&form.validate().unwrap()).unwrap()
+    }
+
+    /// Qwen3-Next-80B-A3B, four sequences of 8,192 tokens in bf16. A
+    /// delta-rule layer's state: 3 × 8,192 × 2 + 32 × 128 × 128 × 2 =
+    /// 1,097,728 bytes, 36 layers × 4 sequences; the 12 attention layers
+    /// keep 2 × 2 × 256 × 2 = 2,048 bytes a token. vLLM's block: 16 ×
+    /// ⌈1,097,728 ÷ 32,768⌉ = 544 tokens (its start-up line for this model),
+    /// each state padded to 544 × 2,048 = 1,114,112 bytes.
+    #[test]
+    fn a_hybrid_model_keeps_a_constant_state_and_vllm_pages_it() {
+        let r = hybrid("qwen3-next-80b-a3b", "8192x4", "1");
+        let state = 1_097_728u128 * 36 * 4;
+        let attention = 2_048u128 * 12 * 8192 * 4;
+        assert_eq!(r.logical_bytes, state + attention);
+        assert_eq!(r.per_token_bytes, 2_048 * 12, "the state does not grow with tokens");
+        let page = r.hybrid_page.as_ref().unwrap();
+        assert_eq!((page.block, page.aligned_block, page.requested_block), (544, 544, 16));
+        assert_eq!(page.page_bits / 8, 1_114_112);
+        assert!(page.explanation().contains("+1.49 %"), "{}", page.explanation());
+        // 8,192 tokens round up to 16 blocks of 544.
+        assert_eq!(r.allocated_bytes, 1_114_112 * 36 * 4 + 2_048 * 12 * 16 * 544 * 4);
+        assert!(!r.formula_is_payload);
+        // A longer sequence costs only attention bytes more.
+        let longer = hybrid("qwen3-next-80b-a3b", "16384x4", "1");
+        assert_eq!(longer.logical_bytes - r.logical_bytes, 2_048 * 12 * 8192 * 4);
+        // Without attention layers nothing is padded: a pure recurrent stack.
+        let mut form = crate::Form::default();
+        form.apply(&crate::presets::find("qwen3-next-80b-a3b").unwrap().patch());
+        form.set("layers", "4");
+        form.set("layer_types", "linearx4");
+        let pure = compute(&form.validate().unwrap()).unwrap();
+        assert!(pure.hybrid_page.is_none());
+        assert_eq!(pure.allocated_bytes, 4 * 1_097_728 * 4);
+    }
+
+    /// The two start-up lines vLLM prints for hybrid models, reproduced from
+    /// the shapes alone: Qwen3-Next (above) logs "Setting attention block
+    /// size to 544 tokens" and "Padding mamba page size by 1.49%"; Qwen3.5-0.8B
+    /// (16 key and 16 value heads of 128, 2 KV heads of 256, its SSM state in
+    /// fp32 as its config's `mamba_ssm_dtype` says) logs 544 and 2.64 %. The
+    /// second: conv 3 × (2 × 16 × 128 + 16 × 128) × 2 + SSM 16 × 128 × 128 × 4
+    /// = 1,085,440 bytes; 16 × ⌈1,085,440 ÷ 32,768⌉ = 544; 544 × 2,048 =
+    /// 1,114,112, +2.64 %.
+    #[test]
+    fn vllm_start_up_lines_for_hybrid_models_are_reproduced() {
+        let (form, _) = crate::Form::from_query(
+            "layers=4&kv_heads=2&head_dim=256&layer_types=linearx3,full&conv_state=3x6144&ssm_state=16x128x128&ssm_dtype=fp32&seqs=1",
+        );
+        let page = compute(&form.validate().unwrap()).unwrap().hybrid_page.unwrap();
+        assert_eq!(page.state_bits / 8, 1_085_440);
+        assert_eq!(page.block, 544);
+        assert!(page.explanation().contains("(+2.64 %)"), "{}", page.explanation());
+        let qwen3_next = hybrid("qwen3-next-80b-a3b", "1", "1").hybrid_page.unwrap();
+        assert_eq!(qwen3_next.block, 544);
+        assert!(qwen3_next.explanation().contains("(+1.49 %)"), "{}", qwen3_next.explanation());
+    }
+
+    #[test]
+    fn tensor_parallel_splits_the_state_or_names_tp() {
+        let one = hybrid("jamba-v0.1", "1000", "1");
+        let two = hybrid("jamba-v0.1", "1000", "2");
+        assert_eq!(two.tensor_parallel.per_gpu_logical_bytes * 2, one.logical_bytes);
+        // Jamba: 2 × 8 × 128 × 2 = 4,096 bytes a token and layer, a Mamba-1
+        // state of 3 × 8,192 × 2 + 8,192 × 16 × 2 = 311,296 bytes: 16 ×
+        // ⌈311,296 ÷ 65,536⌉ = 80 tokens, on one GPU as on two.
+        assert_eq!(one.block, 80);
+        assert_eq!(two.block, 80);
+        let mut form = crate::Form::default();
+        form.apply(&crate::presets::find("qwen3-next-80b-a3b").unwrap().patch());
+        form.set("tp", "64");
+        let err = compute(&form.validate().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("tp") && err.contains("32 SSM heads"), "{err}");
     }
 
     #[test]

@@ -153,17 +153,49 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
         }
         for v in list {
             types.push(match v.as_str() {
-                Some("full_attention") => "full",
+                // Granite 4.0-H spells full attention `attention`.
+                Some("full_attention" | "attention") => "full",
                 Some("sliding_attention") => "sliding",
+                Some("linear_attention") => "linear",
+                Some("mamba") => "mamba",
                 Some(other) => {
                     return Err(err(format!(
-                        "`layer_types` has \"{other}\", which this calculator cannot size (supported: full_attention, sliding_attention)"
+                        "`layer_types` has \"{other}\", which this calculator cannot size (supported: full_attention, attention, sliding_attention, linear_attention, mamba)"
                     )))
                 }
                 None => return Err(err(format!("`layer_types` has {v}, not a string"))),
             });
         }
         notes.push("layer kinds taken from `layer_types`".into());
+    } else if let Some(pattern) = cfg.get("hybrid_override_pattern").and_then(Value::as_str) {
+        // Nemotron-H: one character a layer.
+        if pattern.chars().count() as u64 != layers {
+            return Err(err(format!("`hybrid_override_pattern` has {} layers but num_hidden_layers = {layers}", pattern.chars().count())));
+        }
+        for c in pattern.chars() {
+            types.push(match c {
+                'M' => "mamba",
+                '*' => "full",
+                '-' | 'E' => "none",
+                other => {
+                    return Err(err(format!("`hybrid_override_pattern` has '{other}' (supported: M Mamba, * attention, - MLP, E MoE)")))
+                }
+            });
+        }
+        notes.push("layer kinds from `hybrid_override_pattern`: M Mamba-2, * attention, - and E MLP or MoE (no state)".into());
+    } else if let (Some(period), Some(offset)) = (uint(&cfg, "attn_layer_period")?, uint(&cfg, "attn_layer_offset")?) {
+        // Jamba: attention once every `period` layers, the rest Mamba.
+        if period == 0 || offset >= period {
+            return Err(err(format!("`attn_layer_offset` {offset} must be below `attn_layer_period` {period}")));
+        }
+        types = (0..layers).map(|i| if i % period == offset { "full" } else { "mamba" }).collect();
+        notes.push(format!("`attn_layer_period` {period}, `attn_layer_offset` {offset}: layer i attends when i mod {period} = {offset}, the others are Mamba"));
+    } else if model == "qwen3_next" || cfg.contains_key("full_attention_interval") {
+        let interval = uint(&cfg, "full_attention_interval")?.unwrap_or(4).max(1);
+        types = (0..layers).map(|i| if (i + 1) % interval == 0 { "full" } else { "linear" }).collect();
+        notes.push(format!(
+            "`full_attention_interval` {interval}: every {interval}th layer is full attention, the others linear (gated delta rule)"
+        ));
     } else if let Some(w) = window {
         if use_sliding == Some(false) {
             notes.push(format!("`sliding_window` {w} is ignored because `use_sliding_window` is false: every layer is full attention"));
@@ -185,14 +217,34 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
         }
     }
     if !mla_rank.is_empty() && !types.is_empty() {
-        return Err(err("MLA together with sliding-window layers is not supported"));
+        return Err(err("MLA together with sliding-window or recurrent layers is not supported"));
     }
     let has_sliding = types.contains(&"sliding");
+    let recurrent = types.iter().find(|t| matches!(**t, "linear" | "mamba")).copied();
     let type_runs: Vec<Run<&str>> = types.iter().map(|t| Run { value: *t, count: 1 }).collect();
-    patch.push(("layer_types", if has_sliding { format_runs(&type_runs, |t| t.to_string()) } else { String::new() }));
+    let mixed = types.iter().any(|t| *t != "full");
+    patch.push(("layer_types", if mixed { format_runs(&type_runs, |t| t.to_string()) } else { String::new() }));
     patch.push(("window", if has_sliding { window.map(|w| w.to_string()).unwrap_or_default() } else { String::new() }));
     if has_sliding && window.is_none() {
         return Err(err("`layer_types` has sliding layers but `sliding_window` is missing"));
+    }
+    let (conv_state, ssm_state) = match recurrent {
+        Some(kind) => recurrent_state(&cfg, kind, &model, &mut notes)?,
+        None => (String::new(), String::new()),
+    };
+    patch.push(("conv_state", conv_state));
+    patch.push(("ssm_state", ssm_state));
+    if recurrent.is_some() {
+        match cfg.get("mamba_ssm_dtype").and_then(Value::as_str) {
+            Some(text) => match Dtype::parse(text) {
+                Some(d) => {
+                    patch.push(("ssm_dtype", d.name().to_string()));
+                    notes.push(format!("SSM state in {} from `mamba_ssm_dtype` (vLLM keeps it so)", d.name()));
+                }
+                None => notes.push(format!("`mamba_ssm_dtype` is {text}: SSM state dtype left as it was")),
+            },
+            None => notes.push("the recurrent state's dtype is the model's (vLLM's `auto`): bf16 unless you set state_dtype".into()),
+        }
     }
 
     // Weights: dtype and an estimate of the parameter count.
@@ -207,7 +259,8 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
         }
         None => notes.push(format!("`torch_dtype` is {}: weight dtype left as it was", dtype_text.unwrap_or("absent"))),
     }
-    match estimate_params(&cfg, layers, heads, kv_heads, head_dim, !mla_rank.is_empty()) {
+    let estimate = if recurrent.is_some() { None } else { estimate_params(&cfg, layers, heads, kv_heads, head_dim, !mla_rank.is_empty()) };
+    match estimate {
         Some(p) => {
             patch.push(("params", p.to_string()));
             notes.push(format!(
@@ -220,6 +273,79 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
         }
     }
     Ok(Imported { patch, notes, model })
+}
+
+/// A recurrent layer's state in the form's spelling, from the family's keys,
+/// with the arithmetic as a note (the shapes vLLM's
+/// `MambaStateShapeCalculator` allocates).
+fn recurrent_state(cfg: &Map<String, Value>, kind: &str, model: &str, notes: &mut Vec<String>) -> Result<(String, String), KvError> {
+    let need = |key: &str| -> Result<u64, KvError> {
+        uint(cfg, key)?.ok_or_else(|| err(format!("`{key}` is missing: it sizes the {kind} layers' state")))
+    };
+    // Each factor is checked to fit the form's u32 first, so that the
+    // products below (at most 2^66) cannot overflow u128; then each product
+    // is checked the same way.
+    let fits = |what: &str, v: u128| -> Result<u64, KvError> {
+        if v == 0 || v > u32::MAX as u128 {
+            Err(err(format!("{what} = {v} is out of range (1 to {})", u32::MAX)))
+        } else {
+            Ok(v as u64)
+        }
+    };
+    let w = |v: u64| v as u128;
+    let kernel = |key: &str| -> Result<u64, KvError> {
+        let k = uint(cfg, key)?.unwrap_or(4);
+        if k == 0 || k - 1 > u32::MAX as u64 {
+            return Err(err(format!("`{key}` = {k} is out of range (1 to {})", u32::MAX as u64 + 1)));
+        }
+        Ok(k - 1)
+    };
+    if kind == "linear" {
+        // Gated delta rule (Qwen3-Next, Qwen3.5).
+        let rows = kernel("linear_conv_kernel_dim")?;
+        let factor = |key: &str| -> Result<u64, KvError> { fits(key, w(need(key)?)) };
+        let (nk, dk) = (factor("linear_num_key_heads")?, factor("linear_key_head_dim")?);
+        let (nv, dv) = (factor("linear_num_value_heads")?, factor("linear_value_head_dim")?);
+        let channels = fits("conv channels", 2 * w(nk) * w(dk) + w(nv) * w(dv))?;
+        notes.push(format!(
+            "linear-attention state: conv (linear_conv_kernel_dim − 1 = {rows}) × (2 × {nk} key heads × {dk} + {nv} value heads × {dv} = {channels}); delta-rule state {nv} value heads × {dv} × {dk}"
+        ));
+        return Ok((format!("{rows}x{channels}"), format!("{nv}x{dv}x{dk}")));
+    }
+    let hidden = uint(cfg, "hidden_size")?;
+    if let Some(heads) = uint(cfg, "mamba_num_heads")?.or(uint(cfg, "mamba_n_heads")?) {
+        // Mamba-2: Nemotron-H's keys, then Granite 4.0-H's.
+        let nemotron = cfg.contains_key("mamba_num_heads");
+        let heads = fits("Mamba heads", w(heads))?;
+        let state = fits("state size", w(if nemotron { need("ssm_state_size")? } else { need("mamba_d_state")? }))?;
+        let groups = fits("groups", w(if nemotron { uint(cfg, "n_groups")? } else { uint(cfg, "mamba_n_groups")? }.unwrap_or(1)))?;
+        let rows = if nemotron { kernel("conv_kernel")? } else { kernel("mamba_d_conv")? };
+        let head_dim = match if nemotron { uint(cfg, "mamba_head_dim")? } else { uint(cfg, "mamba_d_head")? } {
+            Some(d) => fits("Mamba head size", w(d))?,
+            None => {
+                let expand = fits("mamba_expand", w(uint(cfg, "mamba_expand")?.unwrap_or(2)))?;
+                let hidden =
+                    fits("hidden_size", w(hidden.ok_or_else(|| err("`hidden_size` is missing: the Mamba head size derives from it"))?))?;
+                fits("mamba_expand × hidden_size ÷ heads", w(expand) * w(hidden) / w(heads))?
+            }
+        };
+        let channels = fits("conv channels", w(heads) * w(head_dim) + 2 * w(groups) * w(state))?;
+        notes.push(format!(
+            "Mamba-2 state: conv (kernel − 1 = {rows}) × ({heads} heads × {head_dim} + 2 × {groups} groups × {state} = {channels}); SSM {heads} heads × {head_dim} × {state}. Under a TP degree that does not divide the {groups} groups vLLM replicates groups into each GPU's conv state, which this form does not add"
+        ));
+        return Ok((format!("{rows}x{channels}"), format!("{heads}x{head_dim}x{state}")));
+    }
+    // Mamba-1 (Jamba): one state row per channel.
+    let expand = fits("mamba_expand", w(uint(cfg, "mamba_expand")?.unwrap_or(2)))?;
+    let hidden =
+        fits("hidden_size", w(hidden.ok_or_else(|| err("`hidden_size` is missing: the Mamba width is mamba_expand × hidden_size"))?))?;
+    let inner = fits("mamba_expand × hidden_size", w(expand) * w(hidden))?;
+    let state = fits("mamba_d_state", w(need("mamba_d_state")?))?;
+    let rows = kernel("mamba_d_conv")?;
+    notes.push(format!(
+        "Mamba-1 state ({model}): d_inner = mamba_expand {expand} × hidden {hidden} = {inner}; conv (mamba_d_conv − 1 = {rows}) × {inner}; SSM {inner} × mamba_d_state {state}"
+    ));
+    Ok((format!("{rows}x{inner}"), format!("{inner}x{state}")))
 }
 
 fn estimate_params(cfg: &Map<String, Value>, layers: u64, heads: u64, kv_heads: u64, head_dim: u64, mla: bool) -> Option<u64> {
@@ -302,7 +428,83 @@ mod tests {
         assert!(import(b"[]").unwrap_err().to_string().contains("not a JSON object"));
         assert!(import(br#"{"num_attention_heads":8}"#).unwrap_err().to_string().contains("num_hidden_layers"));
         assert!(import(br#"{"num_hidden_layers":"x","num_attention_heads":8}"#).unwrap_err().to_string().contains("not a number"));
-        let e = import(br#"{"num_hidden_layers":2,"num_attention_heads":8,"head_dim":8,"layer_types":["full_attention","linear_attention"],"sliding_window":4}"#).unwrap_err();
-        assert!(e.to_string().contains("linear_attention"));
+        let e =
+            import(br#"{"num_hidden_layers":2,"num_attention_heads":8,"head_dim":8,"layer_types":["full_attention","cross_attention"]}"#)
+                .unwrap_err();
+        assert!(e.to_string().contains("\"cross_attention\""), "{e}");
+        // A linear-attention layer without the keys that size its state.
+        let e =
+            import(br#"{"num_hidden_layers":2,"num_attention_heads":8,"head_dim":8,"layer_types":["full_attention","linear_attention"]}"#)
+                .unwrap_err();
+        assert!(e.to_string().contains("`linear_num_key_heads` is missing: it sizes the linear layers' state"), "{e}");
+    }
+
+    /// Qwen3-Next-80B-A3B's published config (the keys that size the cache;
+    /// no `layer_types`, so `full_attention_interval` decides) imports to
+    /// exactly the preset's fields.
+    #[test]
+    fn qwen3_next_imports_as_its_preset() {
+        let (form, imported) = apply(
+            r#"{"architectures":["Qwen3NextForCausalLM"],"model_type":"qwen3_next","hidden_size":2048,"num_hidden_layers":48,"num_attention_heads":16,"num_key_value_heads":2,"head_dim":256,"full_attention_interval":4,"linear_conv_kernel_dim":4,"linear_key_head_dim":128,"linear_value_head_dim":128,"linear_num_key_heads":16,"linear_num_value_heads":32,"torch_dtype":"bfloat16","vocab_size":151936,"intermediate_size":5120,"num_experts":512}"#,
+        );
+        let preset = crate::presets::find("qwen3-next-80b-a3b").unwrap();
+        for (name, value) in preset.patch() {
+            if !matches!(name, "preset" | "params") {
+                assert_eq!(form.get(name), value, "{name}");
+            }
+        }
+        assert!(imported.notes.iter().any(|n| n.contains("2 × 16 key heads × 128 + 32 value heads × 128 = 8192")), "{:?}", imported.notes);
+        // No parameter estimate: the shapes formula knows no recurrent layers.
+        assert_eq!(form.get("params"), "");
+    }
+
+    #[test]
+    fn jamba_granite_and_nemotron_h_state_shapes() {
+        let (form, _) = apply(
+            r#"{"model_type":"jamba","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"attn_layer_period":8,"attn_layer_offset":4,"mamba_d_state":16,"mamba_d_conv":4,"mamba_expand":2}"#,
+        );
+        let preset = crate::presets::find("jamba-v0.1").unwrap();
+        for name in ["layer_types", "conv_state", "ssm_state", "kv_heads", "head_dim"] {
+            assert_eq!(form.get(name), preset.patch().iter().find(|(n, _)| *n == name).unwrap().1, "{name}");
+        }
+        // Granite 4.0-H's spelling: layer_types mamba/attention, Mamba-2 keys.
+        let (form, imported) = apply(
+            r#"{"model_type":"granitemoehybrid","hidden_size":4096,"num_hidden_layers":4,"num_attention_heads":32,"num_key_value_heads":8,"layer_types":["mamba","mamba","mamba","attention"],"mamba_n_heads":128,"mamba_d_head":64,"mamba_d_state":128,"mamba_n_groups":1,"mamba_d_conv":4,"mamba_expand":2}"#,
+        );
+        assert_eq!(form.get("layer_types"), "mambax3,full");
+        assert_eq!(form.get("conv_state"), "3x8448", "(d_conv − 1) × (128 × 64 + 2 × 1 × 128)");
+        assert_eq!(form.get("ssm_state"), "128x64x128");
+        assert!(imported.notes.iter().any(|n| n.contains("replicates groups")));
+        // Nemotron-H: one character a layer; MLP layers keep nothing.
+        let (form, _) = apply(
+            r#"{"model_type":"nemotron_h","hidden_size":4096,"num_hidden_layers":6,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,"hybrid_override_pattern":"M-M*-E","mamba_num_heads":128,"mamba_head_dim":64,"ssm_state_size":128,"n_groups":8,"conv_kernel":4}"#,
+        );
+        assert_eq!(form.get("layer_types"), "mamba,none,mamba,full,nonex2");
+        assert_eq!(form.get("conv_state"), "3x10240", "(4 − 1) × (128 × 64 + 2 × 8 × 128)");
+        let report = crate::compute(&form.validate().unwrap()).unwrap();
+        assert!(report.logical.terms.iter().any(|t| t.label.starts_with("no mixer state · 3 layers") && t.bits == 0));
+        // Qwen3.5 keeps its SSM state in fp32, and says so.
+        let (form, _) = apply(
+            r#"{"model_type":"qwen3_5_text","num_hidden_layers":4,"num_attention_heads":16,"num_key_value_heads":4,"head_dim":256,"layer_types":["linear_attention","linear_attention","linear_attention","full_attention"],"linear_conv_kernel_dim":4,"linear_key_head_dim":128,"linear_num_key_heads":16,"linear_num_value_heads":32,"linear_value_head_dim":128,"mamba_ssm_dtype":"float32"}"#,
+        );
+        assert_eq!(form.get("ssm_dtype"), "fp32");
+        let inputs = form.validate().unwrap();
+        let report = crate::compute(&inputs).unwrap();
+        let per_layer = 3 * 8192 * 2 + 32 * 128 * 128 * 4;
+        assert_eq!(report.logical.terms[0].bits, 3 * per_layer * 8 * 4, "3 layers × one sequence of 4 tokens");
+    }
+
+    #[test]
+    fn hostile_state_sizes_are_refused_by_name() {
+        let e = import(br#"{"model_type":"qwen3_next","num_hidden_layers":4,"num_attention_heads":16,"num_key_value_heads":2,"head_dim":256,"linear_conv_kernel_dim":4,"linear_key_head_dim":18446744073709551615,"linear_num_key_heads":18446744073709551615,"linear_num_value_heads":32,"linear_value_head_dim":128}"#).unwrap_err();
+        assert!(e.to_string().contains("linear_num_key_heads = 18446744073709551615 is out of range"), "{e}");
+        let e = import(br#"{"model_type":"qwen3_next","num_hidden_layers":4,"num_attention_heads":16,"num_key_value_heads":2,"head_dim":256,"linear_key_head_dim":4294967295,"linear_num_key_heads":4294967295,"linear_num_value_heads":32,"linear_value_head_dim":128}"#).unwrap_err();
+        assert!(e.to_string().contains("conv channels = 36893488130239238146"), "{e}");
+        let e = import(br#"{"model_type":"jamba","hidden_size":4096,"num_hidden_layers":8,"num_attention_heads":32,"attn_layer_period":8,"attn_layer_offset":9,"mamba_d_state":16}"#).unwrap_err();
+        assert!(e.to_string().contains("`attn_layer_offset` 9 must be below `attn_layer_period` 8"), "{e}");
+        let e = import(br#"{"num_hidden_layers":3,"num_attention_heads":8,"head_dim":8,"hybrid_override_pattern":"M*?"}"#).unwrap_err();
+        assert!(e.to_string().contains("'?'"), "{e}");
+        let e = import(br#"{"num_hidden_layers":3,"num_attention_heads":8,"head_dim":8,"hybrid_override_pattern":"M*"}"#).unwrap_err();
+        assert!(e.to_string().contains("has 2 layers but num_hidden_layers = 3"), "{e}");
     }
 }

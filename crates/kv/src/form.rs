@@ -9,7 +9,7 @@
 use crate::calc::{GpuBudget, Inputs, PrefixSharing, ScaleOverhead};
 use crate::dtype::Dtype;
 use crate::error::FieldError;
-use crate::model::{KindTag, LayerSpec, ModelShape};
+use crate::model::{KindTag, LayerSpec, ModelShape, RecurrentState};
 use crate::runs::{self, parse_runs};
 use crate::units;
 
@@ -32,11 +32,20 @@ pub const FIELDS: &[Field] = &[
     f("layers", "Layers L", "32", "num_hidden_layers"),
     f("kv_heads", "KV heads H_kv", "8", "num_key_value_heads (GQA: not the query-head count)"),
     f("head_dim", "Head dim d_head", "128", "head_dim, else hidden_size / num_attention_heads"),
-    f("layer_types", "Layer types", "", "e.g. slidingx5,full — run-length list of full|sliding|mla; empty: all full"),
+    f(
+        "layer_types",
+        "Layer types",
+        "",
+        "e.g. slidingx5,full or linearx3,full — run-length list of full|sliding|mla|linear|mamba|none; empty: all full",
+    ),
     f("window", "Sliding window", "", "tokens a sliding-window layer keeps"),
     f("layer_kv_heads", "Per-layer KV heads", "", "e.g. 3x10,4x10 — one count per layer; empty: H_kv everywhere"),
     f("kv_lora_rank", "MLA kv_lora_rank", "", "MLA latent width (DeepSeek-V3: 512)"),
     f("qk_rope_head_dim", "MLA qk_rope_head_dim", "", "MLA decoupled RoPE key width (DeepSeek-V3: 64)"),
+    f("conv_state", "Recurrent conv state", "", "(conv kernel − 1) × channels per linear/mamba layer, e.g. 3x8192 (Qwen3-Next)"),
+    f("ssm_state", "Recurrent SSM state", "", "heads × dims per linear/mamba layer, e.g. 32x128x128 (Qwen3-Next), 8192x16 (Mamba-1)"),
+    f("state_dtype", "State dtype", "", "the recurrent state's (vLLM --mamba-cache-dtype); empty: bf16"),
+    f("ssm_dtype", "SSM state dtype", "", "the SSM part only (vLLM --mamba-ssm-cache-dtype); empty: as the state dtype"),
     f("kv_dtype", "KV dtype", "bf16", "fp32 | bf16 | fp16 | fp8 | int8 | int4"),
     f("scale_bits", "Scale width (bits)", "", "8 | 16 | 32; empty: no quantization scales"),
     f("scale_group", "Scale group (elements)", "", "elements per scale"),
@@ -173,6 +182,10 @@ impl Form {
         let rank = keep(&mut errors, self.optional("kv_lora_rank", |t| at_least(to_u32(runs::parse_u64(t)?)?, 1)));
         let rope = keep(&mut errors, self.optional("qk_rope_head_dim", |t| to_u32(runs::parse_u64(t)?)));
         let kv_dtype = keep(&mut errors, self.dtype("kv_dtype"));
+        let conv_state = keep(&mut errors, self.optional("conv_state", |t| shape(t, 2, 2)));
+        let ssm_state = keep(&mut errors, self.optional("ssm_state", |t| shape(t, 2, 3)));
+        let state_dtype = keep(&mut errors, self.optional_dtype("state_dtype"));
+        let ssm_dtype = keep(&mut errors, self.optional_dtype("ssm_dtype"));
         let scale_bits = keep(
             &mut errors,
             self.optional("scale_bits", |t| match runs::parse_u64(t)? {
@@ -227,39 +240,28 @@ impl Form {
 
         // Cross-field checks need their parts to have parsed.
         let mut model = None;
-        if let (Some(l), Some(h), Some(d), Some(types), Some(window), Some(lkv), Some(rank), Some(rope)) =
-            (layers, kv_heads, head_dim, layer_types.clone(), window, layer_kv_heads.clone(), rank, rope)
+        let state = together(&mut errors, ("conv_state", conv_state), ("ssm_state", ssm_state), "").map(|pair| {
+            pair.map(|(conv, ssm)| RecurrentState {
+                conv_rows: conv[0],
+                conv_channels: conv[1],
+                ssm_heads: ssm[0],
+                ssm_rows: ssm[1],
+                ssm_cols: ssm.get(2).copied().unwrap_or(1),
+            })
+        });
+        let mla = together(&mut errors, ("kv_lora_rank", rank), ("qk_rope_head_dim", rope), " (MLA)");
+        if let (Some(l), Some(h), Some(d), Some(types), Some(window), Some(lkv), Some(mla), Some(state)) =
+            (layers, kv_heads, head_dim, layer_types.clone(), window, layer_kv_heads.clone(), mla, state)
         {
-            let mla = match (rank, rope) {
-                (Some(r), Some(p)) => Some((r, p)),
-                (None, None) => None,
-                (Some(_), None) => {
-                    errors.push(FieldError::new("qk_rope_head_dim", "is required with kv_lora_rank (MLA)"));
-                    None
-                }
-                (None, Some(_)) => {
-                    errors.push(FieldError::new("kv_lora_rank", "is required with qk_rope_head_dim (MLA)"));
-                    None
-                }
-            };
-            let spec = LayerSpec { layer_types: types, window, layer_kv_heads: lkv, mla };
+            let spec = LayerSpec { layer_types: types, window, layer_kv_heads: lkv, mla, state };
             match ModelShape::build(l, h, d, &spec) {
                 Ok(m) => model = Some(m),
                 Err(e) => errors.push(e),
             }
         }
-        let scale = match (scale_bits, scale_group) {
-            (Some(Some(bits)), Some(Some(group))) => Some(ScaleOverhead { bits, group }),
-            (Some(Some(_)), Some(None)) => {
-                errors.push(FieldError::new("scale_group", "is required with scale_bits"));
-                None
-            }
-            (Some(None), Some(Some(_))) => {
-                errors.push(FieldError::new("scale_bits", "is required with scale_group"));
-                None
-            }
-            _ => None,
-        };
+        let scale = together(&mut errors, ("scale_bits", scale_bits), ("scale_group", scale_group), "")
+            .flatten()
+            .map(|(bits, group)| ScaleOverhead { bits, group });
         let mut prefix_sharing = None;
         if let (Some(Some(p)), Some(n), Some(seqs)) = (prefix, prefix_seqs, seqs.as_ref()) {
             let eligible: u128 = seqs.iter().filter(|r| r.value >= p).map(|r| r.count as u128).sum();
@@ -297,6 +299,8 @@ impl Form {
         Ok(Inputs {
             model: model.expect("model parsed when no errors"),
             kv_dtype: kv_dtype.expect("checked"),
+            state_dtype: state_dtype.flatten().unwrap_or(Dtype::Bf16),
+            ssm_dtype: ssm_dtype.flatten().or(state_dtype.flatten()).unwrap_or(Dtype::Bf16),
             scale,
             seqs: seqs.expect("checked"),
             block: block.expect("checked"),
@@ -328,7 +332,50 @@ impl Form {
     }
 
     fn dtype(&self, name: &'static str) -> Result<Dtype, FieldError> {
-        self.parsed(name, |t| Dtype::parse(t).ok_or_else(|| format!("`{t}` is not one of fp32, bf16, fp16, fp8, int8, int4")))
+        self.parsed(name, parse_dtype)
+    }
+
+    fn optional_dtype(&self, name: &'static str) -> Result<Option<Dtype>, FieldError> {
+        self.optional(name, parse_dtype)
+    }
+}
+
+fn parse_dtype(text: &str) -> Result<Dtype, String> {
+    Dtype::parse(text).ok_or_else(|| format!("`{text}` is not one of fp32, bf16, fp16, fp8, int8, int4"))
+}
+
+/// A tensor shape written as factors, `3x8192` or `32×128×128`: between
+/// `min` and `max` whole numbers, each at most `u32::MAX`.
+fn shape(text: &str, min: usize, max: usize) -> Result<Vec<u32>, String> {
+    let factors = text.split(['x', 'X', '×', '*']).map(|f| to_u32(runs::parse_u64(f.trim())?)).collect::<Result<Vec<_>, _>>()?;
+    if factors.len() < min || factors.len() > max {
+        let want = if min == max { format!("{min}") } else { format!("{min} or {max}") };
+        return Err(format!("`{}` has {} factors; write {want} separated by x", text.trim(), factors.len()));
+    }
+    Ok(factors)
+}
+
+/// Two optional fields that only mean something together (MLA's sizes, a
+/// state's two parts, a scale's width and group): both, or neither. The
+/// one missing is named, with `what` after the message. `None` when either
+/// did not parse or one is missing; `Some(None)` when both are empty.
+fn together<A, B>(
+    errors: &mut Vec<FieldError>,
+    (a_name, a): (&'static str, Option<Option<A>>),
+    (b_name, b): (&'static str, Option<Option<B>>),
+    what: &str,
+) -> Option<Option<(A, B)>> {
+    match (a?, b?) {
+        (Some(a), Some(b)) => Some(Some((a, b))),
+        (None, None) => Some(None),
+        (Some(_), None) => {
+            errors.push(FieldError::new(b_name, format!("is required with {a_name}{what}")));
+            None
+        }
+        (None, Some(_)) => {
+            errors.push(FieldError::new(a_name, format!("is required with {b_name}{what}")));
+            None
+        }
     }
 }
 
@@ -450,6 +497,23 @@ mod tests {
     fn decode_is_lenient() {
         assert_eq!(percent_decode("a%2Cb+c%zz%4"), "a,b c%zz%4");
         assert_eq!(percent_decode("%E2%86%92"), "→");
+    }
+
+    #[test]
+    fn recurrent_state_fields_name_what_is_wrong() {
+        let fields = |q: &str| Form::from_query(q).0.validate().unwrap_err().into_iter().map(|e| e.field).collect::<Vec<_>>();
+        assert_eq!(fields("layers=2&layer_types=linear,full&conv_state=3x8"), vec!["ssm_state"]);
+        assert_eq!(fields("layers=2&layer_types=linear,full"), vec!["ssm_state"]);
+        assert_eq!(fields("layers=2&conv_state=3x8&ssm_state=4x8x8"), vec!["layer_types"]);
+        assert_eq!(
+            fields("layers=2&layer_types=mamba,full&conv_state=3x&ssm_state=4x8x8x8&ssm_dtype=fp7"),
+            vec!["conv_state", "ssm_state", "ssm_dtype"]
+        );
+        let (form, _) = Form::from_query("layers=2&layer_types=mamba,full&conv_state=3×8&ssm_state=8x16&state_dtype=fp32");
+        let inputs = form.validate().unwrap();
+        assert_eq!((inputs.state_dtype, inputs.ssm_dtype), (Dtype::Fp32, Dtype::Fp32), "the SSM part follows the state dtype");
+        // The link keeps them as typed.
+        assert_eq!(Form::from_query(&form.to_query()).0, form);
     }
 
     #[test]

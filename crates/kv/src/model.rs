@@ -1,12 +1,73 @@
 //! The KV-relevant shape of a model: its layers, grouped by what each layer
-//! keeps per token.
+//! keeps per token, or, for a recurrent layer, per sequence.
 
 use serde::Serialize;
 
 use crate::error::FieldError;
 use crate::runs::{total_count, Run};
 
-/// What one attention layer retains per token.
+/// Which recurrent mixer a layer runs: the label of its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateFamily {
+    /// Linear attention with the gated delta rule (Qwen3-Next's, Qwen3.5's
+    /// `linear_attention` layers).
+    Linear,
+    /// A Mamba (selective state-space) layer: Jamba's Mamba-1, Granite
+    /// 4.0-H's and Nemotron-H's Mamba-2.
+    Mamba,
+}
+
+impl StateFamily {
+    pub fn name(self) -> &'static str {
+        match self {
+            StateFamily::Linear => "linear attention (gated delta rule)",
+            StateFamily::Mamba => "Mamba",
+        }
+    }
+}
+
+/// One recurrent layer's state for one sequence, in elements. It is the
+/// same size after one token or a million: a short causal convolution keeps
+/// its last `conv_rows` inputs (`conv kernel − 1`) over `conv_channels`
+/// channels, and the recurrence keeps an `ssm_heads × ssm_rows × ssm_cols`
+/// matrix (a delta-rule layer: value heads × value dim × key dim; Mamba-2:
+/// heads × head dim × state size; Mamba-1: channels × state size × 1).
+/// Tensor parallelism splits the conv channels and the SSM heads, as vLLM's
+/// `MambaStateShapeCalculator` does. Each size is a `u32`, so every
+/// product below fits `u128` without a check.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RecurrentState {
+    pub conv_rows: u32,
+    pub conv_channels: u32,
+    pub ssm_heads: u32,
+    pub ssm_rows: u32,
+    pub ssm_cols: u32,
+}
+
+impl RecurrentState {
+    pub fn conv_elements(&self) -> u128 {
+        self.conv_rows as u128 * self.conv_channels as u128
+    }
+
+    pub fn ssm_elements(&self) -> u128 {
+        self.ssm_heads as u128 * self.ssm_rows as u128 * self.ssm_cols as u128
+    }
+
+    /// The state one GPU of a `tp`-way group holds, or what does not split.
+    pub fn shard(&self, tp: u32) -> Result<RecurrentState, String> {
+        if !self.conv_channels.is_multiple_of(tp) || !self.ssm_heads.is_multiple_of(tp) {
+            return Err(format!(
+                "TP {tp} does not divide the recurrent state ({} conv channels, {} SSM heads); engines refuse this split",
+                self.conv_channels, self.ssm_heads
+            ));
+        }
+        Ok(RecurrentState { conv_channels: self.conv_channels / tp, ssm_heads: self.ssm_heads / tp, ..*self })
+    }
+}
+
+/// What one layer retains: per token for attention, per sequence for a
+/// recurrent layer, nothing for a layer without a mixer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum LayerKind {
@@ -18,15 +79,31 @@ pub enum LayerKind {
     /// `kv_lora_rank` plus a shared RoPE key of `qk_rope_head_dim` per token;
     /// no factor 2 and no KV heads.
     Mla { kv_lora_rank: u32, qk_rope_head_dim: u32 },
+    /// A recurrent layer (linear attention, Mamba): a state of constant size
+    /// per sequence and nothing per token.
+    Recurrent { family: StateFamily, state: RecurrentState },
+    /// A layer that keeps nothing between tokens (Nemotron-H's MLP-only
+    /// and MoE-only layers).
+    Stateless,
 }
 
-/// The spelling of a layer kind in `layer_types` (the window and MLA sizes come
-/// from their own fields).
+impl LayerKind {
+    /// Whether the layer keeps K and V per token (full or sliding attention).
+    pub fn is_attention(&self) -> bool {
+        matches!(self, LayerKind::Full | LayerKind::Sliding { .. })
+    }
+}
+
+/// The spelling of a layer kind in `layer_types` (the window, MLA and state
+/// sizes come from their own fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KindTag {
     Full,
     Sliding,
     Mla,
+    Linear,
+    Mamba,
+    None,
 }
 
 impl KindTag {
@@ -35,7 +112,10 @@ impl KindTag {
             "full" | "full_attention" | "global" => Ok(KindTag::Full),
             "sliding" | "sliding_attention" | "local" => Ok(KindTag::Sliding),
             "mla" => Ok(KindTag::Mla),
-            other => Err(format!("`{other}` is not a layer type (use full, sliding or mla)")),
+            "linear" | "linear_attention" => Ok(KindTag::Linear),
+            "mamba" | "mamba2" => Ok(KindTag::Mamba),
+            "none" | "mlp" | "moe" => Ok(KindTag::None),
+            other => Err(format!("`{other}` is not a layer type (use full, sliding, mla, linear, mamba or none)")),
         }
     }
 
@@ -44,6 +124,9 @@ impl KindTag {
             KindTag::Full => "full",
             KindTag::Sliding => "sliding",
             KindTag::Mla => "mla",
+            KindTag::Linear => "linear",
+            KindTag::Mamba => "mamba",
+            KindTag::None => "none",
         }
     }
 }
@@ -63,6 +146,7 @@ impl LayerRun {
         match self.kind {
             LayerKind::Full | LayerKind::Sliding { .. } => 2 * self.kv_heads as u128 * self.head_dim as u128,
             LayerKind::Mla { kv_lora_rank, qk_rope_head_dim } => kv_lora_rank as u128 + qk_rope_head_dim as u128,
+            LayerKind::Recurrent { .. } | LayerKind::Stateless => 0,
         }
     }
 
@@ -71,6 +155,7 @@ impl LayerRun {
         match self.kind {
             LayerKind::Sliding { window } => tokens.min(window),
             LayerKind::Full | LayerKind::Mla { .. } => tokens,
+            LayerKind::Recurrent { .. } | LayerKind::Stateless => 0,
         }
     }
 }
@@ -95,6 +180,7 @@ pub struct LayerSpec {
     pub window: Option<u64>,
     pub layer_kv_heads: Option<Vec<Run<u32>>>,
     pub mla: Option<(u32, u32)>,
+    pub state: Option<RecurrentState>,
 }
 
 impl ModelShape {
@@ -135,6 +221,12 @@ impl ModelShape {
         if uses(KindTag::Mla) && spec.mla.is_none() {
             return Err(FieldError::new("kv_lora_rank", "and qk_rope_head_dim are required when layer_types has mla layers"));
         }
+        if (uses(KindTag::Linear) || uses(KindTag::Mamba)) && spec.state.is_none() {
+            return Err(FieldError::new("ssm_state", "and conv_state are required when layer_types has linear or mamba layers"));
+        }
+        if spec.state.is_some() && !(uses(KindTag::Linear) || uses(KindTag::Mamba)) {
+            return Err(FieldError::new("layer_types", "has no linear or mamba layer to hold the state in conv_state and ssm_state"));
+        }
         let kind_of = |tag: KindTag| match tag {
             KindTag::Full => LayerKind::Full,
             KindTag::Sliding => LayerKind::Sliding { window: spec.window.unwrap_or(0) },
@@ -142,6 +234,11 @@ impl ModelShape {
                 let (r, p) = spec.mla.unwrap_or((0, 0));
                 LayerKind::Mla { kv_lora_rank: r, qk_rope_head_dim: p }
             }
+            KindTag::Linear | KindTag::Mamba => LayerKind::Recurrent {
+                family: if tag == KindTag::Linear { StateFamily::Linear } else { StateFamily::Mamba },
+                state: spec.state.unwrap_or_default(),
+            },
+            KindTag::None => LayerKind::Stateless,
         };
         // Walk both run lists together, cutting at every boundary of either.
         let mut runs: Vec<LayerRun> = Vec::new();
@@ -202,6 +299,7 @@ mod tests {
             window: Some(128),
             layer_kv_heads: Some(parse_runs("4x3,8x3", |s| s.parse::<u32>().map_err(|e| e.to_string())).unwrap()),
             mla: None,
+            state: None,
         };
         let m = ModelShape::build(6, 8, 64, &spec).unwrap();
         assert_eq!(m.runs.len(), 4);

@@ -75,7 +75,8 @@ pub fn svg(inputs: &Inputs, report: &Report) -> String {
         r#"<text class="axis" x="{:.1}" y="{}" text-anchor="middle">context length T (tokens) · {n} sequences · block {}</text>"#,
         (LEFT + WIDTH - RIGHT) / 2.0,
         HEIGHT - 6.0,
-        inputs.block
+        // The block the figures are counted in: a hybrid model's is vLLM's.
+        report.block
     ));
     let points: Vec<(f64, f64)> = curve.iter().map(|&(x, y)| (sx(x), sy(y))).collect();
     let level = budget.map(|b| (sy(b), format!("KV budget per GPU {}", units::binary(b as u128))));

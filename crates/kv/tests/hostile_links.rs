@@ -7,7 +7,7 @@
 use kv::{Evaluation, Form};
 
 /// `(link, the fields that must be named)`.
-const CASES: [(&str, &[&str]); 9] = [
+const CASES: [(&str, &[&str]); 13] = [
     ("layers=1000000000000000000000000000000000000000&kv_heads=8&head_dim=128&seqs=4096", &["layers"]),
     ("layers=32&kv_heads=-8&head_dim=128&seqs=4096", &["kv_heads"]),
     ("layers=32&kv_heads=8&head_dim=abc&seqs=4096", &["head_dim"]),
@@ -18,6 +18,12 @@ const CASES: [(&str, &[&str]); 9] = [
     ("layers=32&kv_heads=8&head_dim=128&seqs=99999999999999999999999999999999x99999999999999999999", &["seqs"]),
     ("layers=32&kv_heads=8&head_dim=128&seqs=4096&gpu_gib=1e309", &["gpu_gib"]),
     ("layers=32&kv_heads=8&head_dim=1.5&seqs=😀", &["head_dim", "seqs"]),
+    // Recurrent state: a factor past u32, a shape with too many factors,
+    // a state without a recurrent layer, a recurrent layer without a state.
+    ("layers=2&kv_heads=8&head_dim=128&seqs=4096&layer_types=mamba,full&conv_state=3x4294967296&ssm_state=8x16", &["conv_state"]),
+    ("layers=2&kv_heads=8&head_dim=128&seqs=4096&layer_types=linear,full&conv_state=3x8&ssm_state=1x2x3x4", &["ssm_state"]),
+    ("layers=2&kv_heads=8&head_dim=128&seqs=4096&conv_state=3x8&ssm_state=8x16", &["layer_types"]),
+    ("layers=2&kv_heads=8&head_dim=128&seqs=4096&layer_types=linearx2&state_dtype=fp5", &["state_dtype", "ssm_state"]),
 ];
 
 #[test]

@@ -2,12 +2,14 @@
 //! arbitrary-precision oracle (num-bigint) on 100,000 proptest cases, a share
 //! of them at the extremes of every input's range (a failure shrinks to a
 //! small case). A case either agrees to the bit or reports overflow exactly
-//! when the true value exceeds `u128`.
+//! when the true value exceeds `u128`. Recurrent layers (a constant state
+//! per sequence) and vLLM's paging of hybrid models are in the draw too.
 
 // proptest is a native dev-dependency (the wasm32 lint pass builds tests too).
 #![cfg(not(target_arch = "wasm32"))]
 
 use kv::calc::{compute, Inputs, ScaleOverhead};
+use kv::model::{RecurrentState, StateFamily};
 use kv::runs::Run;
 use kv::{Dtype, KvError, LayerKind, LayerRun, ModelShape};
 use num_bigint::BigUint;
@@ -50,10 +52,46 @@ fn oracle(inputs: &Inputs) -> Oracle {
     let mut logical = BigUint::from(0u8);
     let mut allocated = BigUint::from(0u8);
     let mut per_token = BigUint::from(0u8);
-    let block = inputs.block as u128;
+    let sequences: BigUint = inputs.seqs.iter().map(|s| big(s.count as u128)).sum();
+    let state_bits = |s: &RecurrentState| {
+        big(s.conv_rows as u128) * big(s.conv_channels as u128) * big(inputs.state_dtype.bits() as u128)
+            + big(s.ssm_heads as u128) * big(s.ssm_rows as u128) * big(s.ssm_cols as u128) * big(inputs.ssm_dtype.bits() as u128)
+    };
+    // vLLM's hybrid page: with attention and recurrent layers, the block
+    // grows to 16 × ⌈state ÷ (16 × one attention layer's token)⌉ and each
+    // state takes a page of it.
+    let attention_token = m
+        .runs
+        .iter()
+        .find(|r| matches!(r.kind, LayerKind::Full | LayerKind::Sliding { .. }))
+        .map(|r| big(2) * big(r.kv_heads as u128) * big(r.head_dim as u128) * &bits);
+    let largest_state = m
+        .runs
+        .iter()
+        .filter_map(|r| match &r.kind {
+            LayerKind::Recurrent { state, .. } => Some(state_bits(state)),
+            _ => None,
+        })
+        .max();
+    let mut block = big(inputs.block as u128);
+    if let (Some(token), Some(state)) = (&attention_token, &largest_state) {
+        let aligned = big(16) * ceil_div(state, &(big(16) * token));
+        block = block.max(aligned);
+    }
     for run in &m.runs {
         let elements = match run.kind {
             LayerKind::Mla { kv_lora_rank, qk_rope_head_dim } => big(kv_lora_rank as u128) + big(qk_rope_head_dim as u128),
+            LayerKind::Recurrent { state, .. } => {
+                let one = state_bits(&state);
+                let page = match &attention_token {
+                    Some(token) => (&block * token).max(one.clone()),
+                    None => one.clone(),
+                };
+                logical += big(run.count as u128) * one * &sequences;
+                allocated += big(run.count as u128) * page * &sequences;
+                continue;
+            }
+            LayerKind::Stateless => continue,
             _ => big(2) * big(run.kv_heads as u128) * big(run.head_dim as u128),
         };
         let scale_per_token = match inputs.scale {
@@ -67,9 +105,9 @@ fn oracle(inputs: &Inputs) -> Oracle {
                 LayerKind::Sliding { window } => s.value.min(window),
                 _ => s.value,
             } as u128;
-            let rounded = kept.div_ceil(block) * block;
+            let rounded = ceil_div(&big(kept), &block) * &block;
             logical += big(run.count as u128) * &per_layer_token * big(kept) * big(s.count as u128);
-            allocated += big(run.count as u128) * &per_layer_token * big(rounded) * big(s.count as u128);
+            allocated += big(run.count as u128) * &per_layer_token * rounded * big(s.count as u128);
         }
     }
     Oracle { plain, logical, allocated, per_token }
@@ -82,12 +120,27 @@ fn layer_run(head_dim: u32) -> impl Strategy<Value = LayerRun> {
         edge(1, u64::MAX).prop_map(|window| LayerKind::Sliding { window }),
         (edge(1, u32_max), edge(0, u32_max))
             .prop_map(|(rank, rope)| LayerKind::Mla { kv_lora_rank: rank as u32, qk_rope_head_dim: rope as u32 }),
+        recurrent(),
+        Just(LayerKind::Stateless),
     ];
     (edge(1, u32_max / 4), kind, edge(1, u32_max)).prop_map(move |(count, kind, kv_heads)| LayerRun {
         kind,
         count,
         kv_heads: kv_heads as u32,
         head_dim,
+    })
+}
+
+/// A recurrent layer's state. Its sizes stay below 2^20 so that vLLM's block
+/// for it (a `u64`, like every block) cannot overflow while the bytes still
+/// fit: the oracle's claim, overflow exactly past `u128`, stays exact.
+fn recurrent() -> impl Strategy<Value = LayerKind> {
+    let size = || edge(0, 1 << 20).prop_map(|v| v as u32);
+    (any::<bool>(), size(), size(), size(), size(), size()).prop_map(|(linear, conv_rows, conv_channels, ssm_heads, ssm_rows, ssm_cols)| {
+        LayerKind::Recurrent {
+            family: if linear { StateFamily::Linear } else { StateFamily::Mamba },
+            state: RecurrentState { conv_rows, conv_channels, ssm_heads, ssm_rows, ssm_cols },
+        }
     })
 }
 
@@ -100,12 +153,15 @@ fn inputs() -> impl Strategy<Value = Inputs> {
         (proptest::sample::select(vec![8u32, 16, 32]), edge(1, u32_max))
             .prop_map(|(bits, group)| ScaleOverhead { bits, group: group as u32 }),
     );
-    (runs, seqs, proptest::sample::select(Dtype::ALL.to_vec()), scale, edge(1, u64::MAX)).prop_map(
-        |(runs, seqs, kv_dtype, scale, block)| {
+    let dtype = || proptest::sample::select(Dtype::ALL.to_vec());
+    (runs, seqs, (dtype(), dtype(), dtype()), scale, edge(1, u64::MAX)).prop_map(
+        |(runs, seqs, (kv_dtype, state_dtype, ssm_dtype), scale, block)| {
             let layers: u64 = runs.iter().map(|r| r.count).sum();
             Inputs {
                 model: ModelShape { layers: layers as u32, kv_heads: runs[0].kv_heads, head_dim: runs[0].head_dim, runs },
                 kv_dtype,
+                state_dtype,
+                ssm_dtype,
                 scale,
                 seqs,
                 block,
