@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-all=(kv_query kv_config_import kv_vllm_log kv_lengths share_link router_fragment pool_file gguf gguf_tokenizer)
+all=(kv_query kv_config_import kv_gguf_header kv_vllm_log kv_lengths share_link router_fragment pool_file gguf gguf_tokenizer)
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 for t in "${targets[@]}"; do
   [[ " ${all[*]} " == *" $t "* ]] || { echo "fuzz: no target $t (targets: ${all[*]})" >&2; exit 2; }
@@ -34,7 +34,7 @@ command -v cargo-fuzz >/dev/null || { echo "fuzz: cargo-fuzz is not installed (s
 # Inputs large enough for the seeds: the GGUF seeds are small checkpoints (~65 KB).
 max_len() {
   case "$1" in
-    gguf) echo 131072 ;;
+    gguf|kv_gguf_header) echo 131072 ;;
     gguf_tokenizer|share_link|pool_file) echo 32768 ;;
     *) echo 8192 ;;
   esac

@@ -52,6 +52,14 @@ pub async fn read_file_text(file: web_sys::File) -> Result<String, String> {
     text.as_string().ok_or_else(|| format!("{} is not text", file.name()))
 }
 
+/// Reads the first `n` bytes of a file the user picked or dropped (a slice
+/// of the `Blob`: the rest of the file is never read).
+pub async fn read_file_prefix(file: &web_sys::File, n: u64) -> Result<Vec<u8>, String> {
+    let slice = file.slice_with_f64_and_f64(0.0, n as f64).map_err(|_| format!("could not slice {}", file.name()))?;
+    let buffer = wasm_bindgen_futures::JsFuture::from(slice.array_buffer()).await.map_err(|_| format!("could not read {}", file.name()))?;
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+}
+
 /// Fetches a text file relative to this page; the error names it and the
 /// HTTP status.
 pub async fn fetch_text(url: &str) -> Result<String, String> {

@@ -14,6 +14,7 @@ use wasm_bindgen::JsCast;
 
 use crate::browser;
 use crate::kv_distribution::{DistributionSection, DistributionState};
+use crate::kv_gguf::GgufImport;
 
 type Errors = Memo<Vec<FieldError>>;
 
@@ -84,6 +85,7 @@ pub fn KvPage() -> impl IntoView {
                             <ScaleFields form=form errors=errors/>
                             <DtypeField form=form errors=errors name="weight_dtype"/>
                             <TextField form=form errors=errors name="params"/>
+                            <TextField form=form errors=errors name="weight_bytes"/>
                         })}
                     </fieldset>
                     <fieldset>
@@ -284,6 +286,7 @@ fn ModelInputs(form: RwSignal<Form>, errors: Errors, embed: bool) -> impl IntoVi
                     <TextField form=form errors=errors name="ssm_dtype"/>
                 </details>
                 <ConfigImport form=form/>
+                <GgufImport form=form/>
             })}
         </fieldset>
     }

@@ -13,6 +13,7 @@
 
 pub mod browser;
 pub mod kv_distribution;
+pub mod kv_gguf;
 pub mod kv_page;
 pub mod latency_widget;
 pub mod quality_view;

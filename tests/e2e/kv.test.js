@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { newPage, screenshot, outDir, cspViolations, server, browser, useSite, recordSizes } from './harness.js';
+import { newPage, screenshot, outDir, cspViolations, server, browser, useSite, recordSizes, root } from './harness.js';
 
 useSite();
 
@@ -79,6 +79,32 @@ test('hybrid model (Qwen3-Next): a constant recurrent state beside the growing K
   await page.waitForFunction(() => document.querySelector('[data-error-for=ssm_state]')?.innerText.includes('has 4 factors'));
   assert.equal(await page.inputValue('#f-ssm_state'), '32x128x128x2');
   await screenshot(page, 'kv-hybrid');
+});
+
+test('a model from its GGUF header: the first bytes read, the fields filled, a bad file named and the form kept', async () => {
+  const page = await newPage(browser);
+  await open(page, '?layers=7&kv_heads=8&head_dim=128&seqs=4096');
+  await page.getByTestId('gguf-import').locator('summary').click();
+  // The bundled checkpoint (98 MB): its header is in the first 2 MiB.
+  await page.getByTestId('gguf-file').setInputFiles(join(root, 'assets/SmolLM2-135M-Instruct.Q4_1.gguf'));
+  await page.getByTestId('gguf-read').waitFor();
+  assert.match(await text(page, 'gguf-read'), /the first 2,097,152 bytes \(2\.00 MiB\) of 98,362,432 /);
+  assert.equal(await page.inputValue('#f-layers'), '30');
+  assert.equal(await page.inputValue('#f-kv_heads'), '3');
+  assert.equal(await page.inputValue('#f-head_dim'), '64');
+  // 2 × 30 × 3 × 64 × 2 × 4,096 tokens.
+  await page.waitForFunction(() => document.querySelector('[data-testid=exact-bytes]').innerText === '94,371,840 bytes');
+  assert.match(await text(page, 'gguf-notes'), /134,515,008 parameters in 272 tensors/);
+  // The link carries the fields, not the file.
+  assert.match(page.url(), /layers=30&kv_heads=3&head_dim=64/);
+  assert.match(page.url(), /weight_bytes=96576768/);
+  // Not a GGUF: named, and the form keeps what it had.
+  await page.getByTestId('gguf-file').setInputFiles({ name: 'notes.gguf', mimeType: 'application/octet-stream', buffer: Buffer.from('GGML is not GGUF, and this is neither') });
+  await page.getByTestId('gguf-error').waitFor();
+  assert.match(await text(page, 'gguf-error'), /^notes\.gguf: starts with "GGML", not the GGUF magic\. The form is unchanged\.$/);
+  assert.equal(await page.inputValue('#f-layers'), '30');
+  assert.deepEqual(page.problems, []);
+  await screenshot(page, 'kv-gguf');
 });
 
 test('typing updates figures and the URL (replaceState, no history entries)', async () => {

@@ -7,6 +7,7 @@
 //! kv-budget --query 'layers=32&kv_heads=8&head_dim=128&kv_dtype=bf16&seqs=8192x4' --json
 //! kv-budget --config config.json --seqs 4096x1 --kv-dtype bf16 --json
 //! kv-budget --preset llama-3.1-8b --set gpu_gib=80 --lengths requests.csv
+//! kv-budget --gguf model.gguf --seqs 8192x4 --set gpu_gib=24
 //! ```
 
 use std::process::ExitCode;
@@ -17,7 +18,7 @@ use cli_conventions::usage;
 use kv::{units, Form};
 use serde::Serialize;
 
-/// KV-cache capacity from a URL query, a preset or a Hugging Face config.json.
+/// KV-cache capacity from a URL query, a preset, a Hugging Face config.json or a GGUF header.
 #[derive(Parser, Debug)]
 #[command(name = "kv-budget", version)]
 struct Args {
@@ -30,6 +31,9 @@ struct Args {
     /// A Hugging Face config.json to import.
     #[arg(long)]
     config: Option<std::path::PathBuf>,
+    /// A GGUF checkpoint: the model fields from its header alone (the first bytes of the file, never its weights).
+    #[arg(long, conflicts_with = "config")]
+    gguf: Option<std::path::PathBuf>,
     /// Sequence lengths, e.g. 8192x4 or 2048,4096,8192x2.
     #[arg(long)]
     seqs: Option<String>,
@@ -95,6 +99,12 @@ fn run(args: Args) -> Result<()> {
         form.apply(&imported.patch);
         notes = imported.notes;
     }
+    if let Some(path) = &args.gguf {
+        let (imported, read, len) = import_gguf(path).with_context(|| format!("--gguf {}", path.display()))?;
+        form.apply(&imported.patch);
+        notes = imported.notes;
+        notes.insert(0, format!("read the header of {}: {read} of {len} bytes", imported.model));
+    }
     if let Some(s) = args.seqs {
         form.set("seqs", s);
     }
@@ -146,6 +156,20 @@ fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The header of a GGUF file, read a slice at a time as the page reads it:
+/// the import, the bytes read and the file's length.
+fn import_gguf(path: &std::path::Path) -> Result<(kv::config_import::Imported, u64, u64)> {
+    use std::io::Read;
+    let len = std::fs::metadata(path).context("cannot read it")?.len();
+    let (header, read) = gguf::read_header_from(len, kv::gguf_import::FIRST_READ, kv::gguf_import::HEADER_LIMIT, |n| {
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)?.take(n).read_to_end(&mut bytes)?;
+        Ok::<_, std::io::Error>(bytes)
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((kv::gguf_import::import(&header)?, read, len))
 }
 
 fn print_text(r: &kv::Report, notes: &[String]) {

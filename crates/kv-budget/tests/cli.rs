@@ -57,6 +57,26 @@ fn a_hybrid_preset_reports_its_state_and_vllm_page() {
     assert!(out.contains("Mamba state · 28 layers"), "{out}");
 }
 
+/// `--gguf` reads the bundled checkpoint's header (fetched by
+/// scripts/fetch-assets.sh) and sizes it; a file that is not GGUF exits 1
+/// naming it.
+#[test]
+fn a_gguf_header_fills_the_model() {
+    let gguf = concat!(env!("CARGO_MANIFEST_DIR"), "/../../assets/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(std::path::Path::new(gguf).exists(), "{gguf} is missing: run scripts/fetch-assets.sh");
+    let (code, out, err) = kv_budget(&["--gguf", gguf, "--seqs", "8192x1", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    // 2 × 30 layers × 3 KV heads × 64 × 2 bytes × 8,192 tokens.
+    assert_eq!(v["logical_bytes"], 2 * 30 * 3 * 64 * 2 * 8192);
+    let notes = v["import_notes"].as_array().unwrap();
+    assert!(notes[0].as_str().unwrap().contains("of 98362432 bytes"), "{notes:?}");
+    assert!(v["query"].as_str().unwrap().contains("weight_bytes=96576768"), "{}", v["query"]);
+    let (code, _, err) = kv_budget(&["--gguf", concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--gguf") && err.contains("not the GGUF magic"), "{err}");
+}
+
 #[test]
 fn bad_input_names_the_field_and_fails() {
     // Exit code 2: the command line is wrong; 1: something failed while running.

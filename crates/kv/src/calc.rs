@@ -40,6 +40,9 @@ pub struct GpuBudget {
     /// Weight parameters of the whole model (0 when unknown).
     pub params: u64,
     pub weight_dtype: Dtype,
+    /// The weights' exact bytes when known (a GGUF's tensors): they replace
+    /// `params × weight_dtype`, which a quantization mix does not fit.
+    pub weight_bytes: Option<u128>,
 }
 
 /// Validated calculator inputs.
@@ -685,8 +688,10 @@ fn invert_budget(b: GpuBudget, tp: u128, mix_bits: u128, token_bits: u128, seque
     let usable = mul(&[b.gpu_bytes, b.reserve.denominator() - b.reserve.numerator.min(b.reserve.denominator())], "GPU budget")?
         / b.reserve.denominator();
     let reserve_bytes = b.gpu_bytes - usable;
-    let weight_bits = mul(&[b.params as u128, b.weight_dtype.bits() as u128], "weight memory")?;
-    let weight_bytes_total = units::bits_to_bytes(weight_bits);
+    let weight_bytes_total = match b.weight_bytes {
+        Some(bytes) => bytes,
+        None => units::bits_to_bytes(mul(&[b.params as u128, b.weight_dtype.bits() as u128], "weight memory")?),
+    };
     let weight_bytes_per_gpu = weight_bytes_total.div_ceil(tp);
     let weights_fit = weight_bytes_per_gpu <= usable;
     let kv_budget = usable.saturating_sub(weight_bytes_per_gpu);
@@ -808,6 +813,7 @@ mod tests {
             reserve: Decimal { numerator: 1, scale: 1 },
             params: 8_000_000_000,
             weight_dtype: Dtype::Bf16,
+            weight_bytes: None,
         });
         let r = compute(&i).unwrap();
         let b = r.budget.unwrap();

@@ -259,6 +259,7 @@ pub fn import(bytes: &[u8]) -> Result<Imported, KvError> {
         }
         None => notes.push(format!("`torch_dtype` is {}: weight dtype left as it was", dtype_text.unwrap_or("absent"))),
     }
+    patch.push(("weight_bytes", String::new()));
     let estimate = if recurrent.is_some() { None } else { estimate_params(&cfg, layers, heads, kv_heads, head_dim, !mla_rank.is_empty()) };
     match estimate {
         Some(p) => {

@@ -32,6 +32,9 @@ pub enum KvError {
     /// A `config.json` could not be read as a model description.
     #[error("config.json: {0}")]
     Config(String),
+    /// A GGUF header could not be read as a model description (or read at all).
+    #[error("GGUF: {0}")]
+    Gguf(String),
 }
 
 impl From<FieldError> for KvError {

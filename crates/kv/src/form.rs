@@ -58,6 +58,7 @@ pub const FIELDS: &[Field] = &[
     f("reserve", "Reserve fraction", "0.1", "held back for activations and fragmentation"),
     f("params", "Weight parameters", "", "parameters of the whole model"),
     f("weight_dtype", "Weight dtype", "bf16", "precision of the weights, apart from the KV dtype"),
+    f("weight_bytes", "Weight bytes (exact)", "", "the weights' bytes, e.g. a GGUF's tensors; overrides parameters × weight dtype"),
     f("vllm", "vLLM log lines", "", "paste the start-up lines for the cross-check"),
     f("lengths", "Length distribution", "", "ood176: size the built-in OOD176 example (pasted lengths never enter the link)"),
     f("embed", "Embed", "", "kv: the compact widget"),
@@ -223,6 +224,7 @@ impl Form {
         );
         let params = keep(&mut errors, self.optional("params", runs::parse_u64));
         let weight_dtype = keep(&mut errors, self.dtype("weight_dtype"));
+        let weight_bytes = keep(&mut errors, self.optional("weight_bytes", runs::parse_u64));
         let lengths = self.get("lengths");
         if !matches!(lengths, "" | crate::distribution::BUILTIN) {
             errors.push(FieldError::new(
@@ -295,6 +297,7 @@ impl Form {
             reserve: reserve.flatten().unwrap_or(units::Decimal { numerator: 0, scale: 0 }),
             params: params.flatten().unwrap_or(0),
             weight_dtype: weight_dtype.unwrap_or(Dtype::Bf16),
+            weight_bytes: weight_bytes.flatten().map(u128::from),
         });
         Ok(Inputs {
             model: model.expect("model parsed when no errors"),

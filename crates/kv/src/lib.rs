@@ -4,7 +4,7 @@
 //! (`B_KV = 2 × L × H_kv × d_head × b × ΣT_i` and its generalisations), paged
 //! block rounding, tensor-parallel sharding, prefix sharing, the GPU-budget
 //! inversion, capacity from a length distribution, the vLLM cross-check, model presets, the Hugging Face
-//! `config.json` import, the URL query codec and the SVG plot.
+//! `config.json` import, a model read from its GGUF header, the URL query codec and the SVG plot.
 //!
 //! It knows nothing of Leptos, web-sys or the filesystem: callers hand it
 //! strings and bytes, and it hands back numbers and text. The web page and the
@@ -21,6 +21,7 @@ pub mod distribution;
 pub mod dtype;
 pub mod error;
 pub mod form;
+pub mod gguf_import;
 pub mod model;
 pub mod plot;
 pub mod presets;

@@ -192,6 +192,7 @@ mod tests {
             reserve: units::Decimal { numerator: 1, scale: 1 },
             params: 8_000_000_000,
             weight_dtype: crate::Dtype::Bf16,
+            weight_bytes: None,
         });
         let report = compute(&inputs).unwrap();
         let svg = svg(&inputs, &report);

@@ -304,6 +304,8 @@ impl Preset {
             ("ssm_state", opt(self.state.map(|s| s.1.to_string()))),
             ("params", self.params.to_string()),
             ("weight_dtype", self.weight_dtype.name().to_string()),
+            // Exact bytes from an imported GGUF are another model's.
+            ("weight_bytes", String::new()),
         ]
     }
 }

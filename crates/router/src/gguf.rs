@@ -1,5 +1,6 @@
-//! GGUF checkpoints: a bounds-checked walk over the file before candle reads
-//! it, the architecture's hyper-parameters, and the checkpoint id.
+//! GGUF checkpoints: the whole file checked by the shared header reader
+//! (the `gguf` crate) before candle reads it, the architecture's
+//! hyper-parameters, and the checkpoint id.
 //!
 //! candle's reader trusts the lengths a file declares (a corrupt string length
 //! becomes a huge allocation), so every length and tensor region is checked
@@ -8,7 +9,8 @@
 //! metadata array element as a 32-byte `Value`, so a file of one-byte
 //! elements could otherwise make it allocate 32 times its own size. A
 //! truncated, corrupt, oversized or unsupported file is then an error naming
-//! what is wrong, never a panic or an exhausted wasm32 memory.
+//! what is wrong, never a panic or an exhausted wasm32 memory. The KV
+//! calculator reads its headers with the same reader and budgets.
 
 use std::io::Cursor;
 
@@ -17,213 +19,32 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use sha2::{Digest, Sha256};
 
+pub use gguf::Budget;
+
 use crate::arch::Arch;
 use crate::error::{Result, RouterError};
 
-/// GGML type ids candle can compute with, and their (block elements, block bytes).
-fn ggml_block(type_id: u32) -> Option<(&'static str, u64, u64)> {
-    Some(match type_id {
-        0 => ("F32", 1, 4),
-        1 => ("F16", 1, 2),
-        2 => ("Q4_0", 32, 18),
-        3 => ("Q4_1", 32, 20),
-        6 => ("Q5_0", 32, 22),
-        7 => ("Q5_1", 32, 24),
-        8 => ("Q8_0", 32, 34),
-        10 => ("Q2_K", 256, 84),
-        11 => ("Q3_K", 256, 110),
-        12 => ("Q4_K", 256, 144),
-        13 => ("Q5_K", 256, 176),
-        14 => ("Q6_K", 256, 210),
-        30 => ("BF16", 1, 2),
-        _ => return None,
-    })
-}
+/// GGML type ids candle can compute with; the reader sizes more (every
+/// type llama.cpp writes), and a checkpoint holding another is refused.
+const COMPUTABLE: &[u32] = &[0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30];
 
-/// The largest counts a checkpoint may declare, checked before anything is
-/// allocated. Each is far above what real files need and far below what
-/// wasm32's 4 GiB could hold in candle's representation.
-pub struct Budget;
-
-impl Budget {
-    /// Tensors: real decoders have a few hundred to a few thousand.
-    pub const TENSORS: u64 = 1 << 16;
-    /// Metadata entries: real files have tens.
-    pub const METADATA_ENTRIES: u64 = 1 << 16;
-    /// Elements of one metadata array: the largest real vocabularies and
-    /// merge lists hold about 300,000 (Gemma 3: 262,144 tokens).
-    pub const ARRAY_ELEMENTS: u64 = 1 << 19;
-    /// Bytes of one metadata string (chat templates run to tens of KB).
-    pub const STRING_BYTES: u64 = 1 << 24;
-}
-
-struct Walker<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Walker<'a> {
-    fn take(&mut self, n: u64, what: &str) -> std::result::Result<&'a [u8], String> {
-        let end = (self.at as u64).checked_add(n).filter(|e| *e <= self.bytes.len() as u64);
-        match end {
-            Some(end) => {
-                let s = &self.bytes[self.at..end as usize];
-                self.at = end as usize;
-                Ok(s)
-            }
-            None => Err(format!("truncated: {what} needs {n} bytes at offset {} but the file has {}", self.at, self.bytes.len())),
-        }
-    }
-    fn u32(&mut self, what: &str) -> std::result::Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
-    }
-    fn u64(&mut self, what: &str) -> std::result::Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
-    }
-    fn string(&mut self, what: &str) -> std::result::Result<String, String> {
-        let n = self.u64(what)?;
-        if n > Budget::STRING_BYTES {
-            return Err(format!("{what}: a string of {n} bytes is over the budget of {} bytes", Budget::STRING_BYTES));
-        }
-        let raw = self.take(n, what)?;
-        String::from_utf8(raw.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
-    }
-    fn value(&mut self, type_id: u32, what: &str, depth: u32) -> std::result::Result<(), String> {
-        let fixed = match type_id {
-            0 | 1 | 7 => 1,
-            2 | 3 => 2,
-            4..=6 => 4,
-            10..=12 => 8,
-            8 => return self.string(what).map(|_| ()),
-            9 => {
-                if depth > 2 {
-                    return Err(format!("{what}: arrays nested too deeply"));
-                }
-                let elem = self.u32(what)?;
-                let n = self.u64(what)?;
-                if n > Budget::ARRAY_ELEMENTS {
-                    return Err(format!("{what}: an array of {n} elements is over the budget of {} elements", Budget::ARRAY_ELEMENTS));
-                }
-                // Each element takes at least one byte: a cheap guard against absurd counts.
-                if n > (self.bytes.len() - self.at) as u64 {
-                    return Err(format!("truncated: {what} declares {n} elements"));
-                }
-                for _ in 0..n {
-                    self.value(elem, what, depth + 1)?;
-                }
-                return Ok(());
-            }
-            other => return Err(format!("{what} has unknown value type {other}")),
-        };
-        self.take(fixed, what).map(|_| ())
-    }
-}
-
-/// Checks the whole structure of a GGUF file against its length.
+/// Checks the whole structure of a GGUF file against its length, and that
+/// candle can compute with every tensor's type.
 pub fn validate(bytes: &[u8], file: &str) -> Result<()> {
-    let bad = |reason: String| RouterError::Gguf { file: file.to_string(), reason };
-    let mut w = Walker { bytes, at: 0 };
-    let magic = w.take(4, "magic").map_err(bad)?;
-    if magic != b"GGUF" {
-        return Err(bad(format!("starts with {:?}, not the GGUF magic", String::from_utf8_lossy(magic))));
-    }
-    let version = w.u32("version").map_err(bad)?;
-    if !(2..=3).contains(&version) {
-        return Err(bad(format!("GGUF version {version} (supported: 2, 3)")));
-    }
-    let n_tensors = w.u64("tensor count").map_err(bad)?;
-    let n_kv = w.u64("metadata count").map_err(bad)?;
-    if n_tensors > bytes.len() as u64 / 8 || n_kv > bytes.len() as u64 / 8 {
-        return Err(bad(format!("declares {n_tensors} tensors and {n_kv} metadata entries, more than the file can hold")));
-    }
-    if n_tensors > Budget::TENSORS || n_kv > Budget::METADATA_ENTRIES {
-        return Err(bad(format!(
-            "declares {n_tensors} tensors and {n_kv} metadata entries, over the budget of {} and {}",
-            Budget::TENSORS,
-            Budget::METADATA_ENTRIES
-        )));
-    }
-    let mut alignment = 32u64;
-    for _ in 0..n_kv {
-        let key = w.string("metadata key").map_err(bad)?;
-        let type_id = w.u32(&key).map_err(bad)?;
-        let start = w.at;
-        w.value(type_id, &key, 0).map_err(bad)?;
-        // candle drops trailing NUL bytes from keys; so must the walk, or a
-        // `general.alignment\0` would slip past it (found by the fuzzer too).
-        if key.trim_end_matches('\0') == "general.alignment" {
-            // Read as candle reads it (any of six integer types; a negative
-            // or other value means the default), so the two agree on where
-            // the data starts and candle never divides by a zero alignment
-            // (found by the `gguf_tokenizer` fuzz target, with a u8 zero).
-            let raw = &bytes[start..w.at];
-            let value: Option<i64> = match type_id {
-                0 => Some(i64::from(raw[0])),
-                1 => Some(i64::from(raw[0] as i8)),
-                2 => Some(i64::from(u16::from_le_bytes([raw[0], raw[1]]))),
-                3 => Some(i64::from(i16::from_le_bytes([raw[0], raw[1]]))),
-                4 => Some(i64::from(u32::from_le_bytes(raw[..4].try_into().expect("4 bytes")))),
-                5 => Some(i64::from(i32::from_le_bytes(raw[..4].try_into().expect("4 bytes")))),
-                _ => None,
-            };
-            alignment = match value {
-                Some(v) if v >= 0 => {
-                    if v == 0 || !(v as u64).is_power_of_two() {
-                        return Err(bad(format!("general.alignment {v} is not a power of two")));
-                    }
-                    v as u64
-                }
-                _ => 32,
-            };
+    let header = gguf::read_header(bytes, bytes.len() as u64).map_err(|e| match e {
+        gguf::HeaderError::UnknownType { tensor, type_id } => {
+            RouterError::UnsupportedQuant { file: file.to_string(), tensor, dtype: format!("ggml type {type_id}") }
         }
+        other => RouterError::Gguf { file: file.to_string(), reason: other.to_string() },
+    })?;
+    match header.tensors.iter().find(|t| !COMPUTABLE.contains(&t.ggml_type.id)) {
+        Some(t) => Err(RouterError::UnsupportedQuant {
+            file: file.to_string(),
+            tensor: t.name.clone(),
+            dtype: format!("ggml type {}", t.ggml_type.id),
+        }),
+        None => Ok(()),
     }
-    let mut regions = Vec::new();
-    for _ in 0..n_tensors {
-        let name = w.string("tensor name").map_err(bad)?;
-        let n_dims = w.u32(&name).map_err(bad)?;
-        if n_dims == 0 || n_dims > 4 {
-            return Err(bad(format!("tensor `{name}` has {n_dims} dimensions")));
-        }
-        let mut elements: u64 = 1;
-        for _ in 0..n_dims {
-            let d = w.u64(&name).map_err(bad)?;
-            elements = elements.checked_mul(d).ok_or_else(|| bad(format!("tensor `{name}` is impossibly large")))?;
-        }
-        let type_id = w.u32(&name).map_err(bad)?;
-        let offset = w.u64(&name).map_err(bad)?;
-        let Some((type_name, block, block_bytes)) = ggml_block(type_id) else {
-            return Err(RouterError::UnsupportedQuant { file: file.to_string(), tensor: name, dtype: format!("ggml type {type_id}") });
-        };
-        if !elements.is_multiple_of(block) {
-            return Err(bad(format!("tensor `{name}` has {elements} elements, not a multiple of the {type_name} block of {block}")));
-        }
-        // Checked: a crafted shape can make the byte size overflow 64 bits
-        // (found by the `gguf` fuzz target), which would wrap into a small
-        // region that passes the bounds check below.
-        let Some(size) = (elements / block).checked_mul(block_bytes) else {
-            return Err(bad(format!("tensor `{name}` is impossibly large")));
-        };
-        regions.push((name, offset, size));
-    }
-    let data_start = (w.at as u64).div_ceil(alignment) * alignment;
-    for (name, offset, size) in &regions {
-        if offset % alignment != 0 {
-            return Err(bad(format!("tensor `{name}` starts at data offset {offset}, not a multiple of the alignment {alignment}")));
-        }
-        let end = data_start.checked_add(*offset).and_then(|s| s.checked_add(*size));
-        if end.is_none_or(|e| e > bytes.len() as u64) {
-            return Err(bad(format!("truncated: tensor `{name}` ends past the end of the file ({} bytes)", bytes.len())));
-        }
-    }
-    // Two tensors never share bytes: sorted by offset, each ends before the next starts.
-    regions.sort_by_key(|r| r.1);
-    for pair in regions.windows(2) {
-        let ((a, a_offset, a_size), (b, b_offset, _)) = (&pair[0], &pair[1]);
-        if a_offset + a_size > *b_offset {
-            return Err(bad(format!("tensors `{a}` and `{b}` overlap (data offsets {a_offset} + {a_size} bytes and {b_offset})")));
-        }
-    }
-    Ok(())
 }
 
 /// The llama.cpp spelling of a tensor type, e.g. `Q4_1`, `Q6_K`.
