@@ -52,6 +52,16 @@ pub async fn read_file_text(file: web_sys::File) -> Result<String, String> {
     text.as_string().ok_or_else(|| format!("{} is not text", file.name()))
 }
 
+/// The first file of a drop.
+pub fn dropped_file(ev: &web_sys::DragEvent) -> Option<web_sys::File> {
+    ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0))
+}
+
+/// The first file an `<input type=file>` holds after a change.
+pub fn picked_file(ev: &web_sys::Event) -> Option<web_sys::File> {
+    ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()).and_then(|i| i.files()).and_then(|f| f.get(0))
+}
+
 /// Reads the first `n` bytes of a file the user picked or dropped (a slice
 /// of the `Blob`: the rest of the file is never read).
 pub async fn read_file_prefix(file: &web_sys::File, n: u64) -> Result<Vec<u8>, String> {

@@ -11,9 +11,9 @@ use kv::distribution::{capacity, parse_lengths, Lengths, BUILTIN};
 use kv::{units, Form, Inputs, Report};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use wasm_bindgen::JsCast;
 
 use crate::browser;
+use crate::kv_page::PasteBox;
 
 /// The built-in example: CodeRouterBench's OOD176 runs (MIT), each row a
 /// task's totals over its model calls, served beside the router page.
@@ -91,20 +91,6 @@ pub fn DistributionSection(
         state.fetch_example(form);
     }
     let example = move |_| state.fetch_example(form);
-    let on_file = move |ev: leptos::ev::Event| {
-        let Some(file) =
-            ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()).and_then(|i| i.files()).and_then(|f| f.get(0))
-        else {
-            return;
-        };
-        spawn_local(async move {
-            let name = file.name();
-            match browser::read_file_text(file).await {
-                Ok(text) => state.take(form, name, &text, false),
-                Err(e) => state.problem.set(Some(e)),
-            }
-        });
-    };
     let figures = move || {
         let sized = state.read.get()?;
         let Some((inputs, report)) = last_good.get() else {
@@ -154,21 +140,19 @@ pub fn DistributionSection(
                 "Paste CSV with a header (input and output columns, e.g. prompt_tokens,completion_tokens; a calls column divides totals into mean calls) or JSON objects. "
                 "Pasted lengths stay in this page: they are not put in the link (the example is, as lengths=ood176)."
             </p>
-            <textarea
-                data-testid="dist-text"
-                rows="5"
-                aria-label="Lengths, CSV or JSON"
+            <PasteBox
+                text=state.text
+                id="dist"
+                label="Lengths, CSV or JSON"
                 placeholder="input,output\n1200,300\n8000,450"
-                prop:value=move || state.text.get()
-                on:input=move |ev| state.text.set(event_target_value(&ev))
-            ></textarea>
-            <p class="actions">
-                <button type="button" data-testid="dist-size" on:click=move |_| state.take(form, "the pasted lengths".into(), &state.text.get_untracked(), false)>"Size these lengths"</button>
-                " "
-                <label class="file">"or open a file " <input type="file" accept=".csv,.json,.jsonl,text/csv,application/json" data-testid="dist-file" on:change=on_file/></label>
-                " "
+                pasted="the pasted lengths"
+                button="Size these lengths"
+                accept=".csv,.json,.jsonl,text/csv,application/json"
+                on_read=move |name, text| state.take(form, name, &text, false)
+                on_error=move |e| state.problem.set(Some(e))
+            >
                 <button type="button" data-testid="dist-example" disabled=move || state.fetching.get() on:click=example>"Use the OOD176 example"</button>
-            </p>
+            </PasteBox>
             {move || state.problem.get().map(|p| view! { <p class="problem" role="alert" data-testid="dist-problem">{p}</p> })}
             {figures}
         </section>

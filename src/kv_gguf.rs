@@ -2,13 +2,12 @@
 //! `.gguf` of any size read a slice at a time from its start (the weights
 //! never), through the GGUF reader the router's loader uses, into the form.
 
+use crate::browser;
+use crate::kv_page::DropZone;
 use kv::config_import::Imported;
 use kv::{units, Form};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use wasm_bindgen::JsCast;
-
-use crate::browser;
 
 /// The section's state: what the last file gave.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,22 +83,12 @@ pub fn GgufImport(form: RwSignal<Form>) -> impl IntoView {
     view! {
         <details class="wide import" data-testid="gguf-import">
             <summary>"Read a model from its GGUF header (offline)"</summary>
-            <div
-                class="dropzone"
-                on:dragover=|ev: leptos::ev::DragEvent| ev.prevent_default()
-                on:drop=move |ev: leptos::ev::DragEvent| {
-                    ev.prevent_default();
-                    load(ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0)));
-                }
-            >
+            <DropZone on_file=load>
                 <label class="file">
                     "Drop a .gguf of any size here, or choose one: only its header is read "
-                    <input type="file" accept=".gguf" data-testid="gguf-file" on:change=move |ev: leptos::ev::Event| {
-                        let input = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok());
-                        load(input.and_then(|i| i.files()).and_then(|f| f.get(0)));
-                    }/>
+                    <input type="file" accept=".gguf" data-testid="gguf-file" on:change=move |ev: leptos::ev::Event| load(browser::picked_file(&ev))/>
                 </label>
-            </div>
+            </DropZone>
             {shown}
         </details>
     }

@@ -10,11 +10,11 @@ use kv::presets::PRESETS;
 use kv::{units, Dtype, Evaluation, FieldError, Form, Inputs, Report};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use wasm_bindgen::JsCast;
 
 use crate::browser;
 use crate::kv_distribution::{DistributionSection, DistributionState};
 use crate::kv_gguf::GgufImport;
+use crate::kv_reconcile::{ReconcileSection, ReconcileState};
 
 type Errors = Memo<Vec<FieldError>>;
 
@@ -34,6 +34,7 @@ pub fn KvPage() -> impl IntoView {
     });
     let last_good = RwSignal::new(None::<(Box<Inputs>, Box<Report>)>);
     let distribution = DistributionState::new();
+    let reconciler = ReconcileState::new();
     Effect::new(move |_| {
         if let Evaluation::Ready { inputs, report } = evaluation.get() {
             last_good.set(Some((inputs, report)));
@@ -115,6 +116,7 @@ pub fn KvPage() -> impl IntoView {
                     {move || problem().map(|p| view! { <p class="problem" role="alert" data-testid="problem">{p}</p> })}
                     <div class:stale=move || !matches!(evaluation.get(), Evaluation::Ready { .. })>{results}</div>
                     {(!embed).then(|| view! { <DistributionSection state=distribution form=form last_good=last_good/> })}
+                    {(!embed).then(|| view! { <ReconcileSection state=reconciler last_good=last_good/> })}
                 </section>
             </div>
         </main>
@@ -330,14 +332,7 @@ fn ConfigImport(form: RwSignal<Form>) -> impl IntoView {
     view! {
         <details class="wide import" data-testid="config-import">
             <summary>"Import a config.json (offline)"</summary>
-            <div
-                class="dropzone"
-                on:dragover=|ev: leptos::ev::DragEvent| ev.prevent_default()
-                on:drop=move |ev: leptos::ev::DragEvent| {
-                    ev.prevent_default();
-                    load_file(ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0)));
-                }
-            >
+            <DropZone on_file=load_file>
                 <label for="config-text">"Paste or drop a Hugging Face config.json"</label>
                 <textarea id="config-text" rows="5" spellcheck="false" data-testid="config-text"
                     prop:value=move || text.get()
@@ -347,18 +342,90 @@ fn ConfigImport(form: RwSignal<Form>) -> impl IntoView {
                     <button type="button" data-testid="config-import-button" on:click=move |_| import(text.get_untracked())>"Import"</button>
                     <label class="file">
                         "or choose a file "
-                        <input type="file" accept=".json,application/json" on:change=move |ev: leptos::ev::Event| {
-                            let input = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok());
-                            load_file(input.and_then(|i| i.files()).and_then(|f| f.get(0)));
-                        }/>
+                        <input type="file" accept=".json,application/json" on:change=move |ev: leptos::ev::Event| load_file(browser::picked_file(&ev))/>
                     </label>
                 </div>
-            </div>
+            </DropZone>
             {move || error.get().map(|e| view! { <p class="error" role="alert" data-testid="config-error">{e}</p> })}
             <ul class="notes" data-testid="config-notes">
                 {move || notes.get().into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}
             </ul>
         </details>
+    }
+}
+
+/// Pasted input: a text box, a button that reads what it holds, and a file
+/// picker whose file is put in the box and read at once. `on_read` gets
+/// where the text came from and the text; a file the browser cannot read
+/// goes to `on_error`. `children` add to the buttons. Test ids:
+/// `{id}-text`, `{id}-read`, `{id}-file`.
+#[component]
+#[allow(clippy::too_many_arguments)]
+pub fn PasteBox<R, E>(
+    text: RwSignal<String>,
+    id: &'static str,
+    label: &'static str,
+    placeholder: &'static str,
+    /// What the pasted text is called in messages, e.g. "the pasted lengths".
+    pasted: &'static str,
+    button: &'static str,
+    accept: &'static str,
+    on_read: R,
+    on_error: E,
+    #[prop(optional)] children: Option<Children>,
+) -> impl IntoView
+where
+    R: Fn(String, String) + Copy + 'static,
+    E: Fn(String) + Copy + 'static,
+{
+    let on_file = move |ev: leptos::ev::Event| {
+        let Some(file) = browser::picked_file(&ev) else { return };
+        spawn_local(async move {
+            let name = file.name();
+            match browser::read_file_text(file).await {
+                Ok(content) => {
+                    text.set(content.clone());
+                    on_read(name, content);
+                }
+                Err(e) => on_error(e),
+            }
+        });
+    };
+    view! {
+        <textarea
+            data-testid=format!("{id}-text")
+            rows="5"
+            aria-label=label
+            placeholder=placeholder
+            prop:value=move || text.get()
+            on:input=move |ev| text.set(event_target_value(&ev))
+        ></textarea>
+        <p class="actions">
+            <button type="button" data-testid=format!("{id}-read") on:click=move |_| on_read(pasted.to_string(), text.get_untracked())>{button}</button>
+            " "
+            <label class="file">"or open a file " <input type="file" accept=accept data-testid=format!("{id}-file") on:change=on_file/></label>
+            {children.map(|c| view! { " " {c()} })}
+        </p>
+    }
+}
+
+/// A drop target that hands the first dropped file to `on_file`.
+#[component]
+pub fn DropZone<F>(on_file: F, children: Children) -> impl IntoView
+where
+    F: Fn(Option<web_sys::File>) + Copy + 'static,
+{
+    view! {
+        <div
+            class="dropzone"
+            on:dragover=|ev: leptos::ev::DragEvent| ev.prevent_default()
+            on:drop=move |ev: leptos::ev::DragEvent| {
+                ev.prevent_default();
+                on_file(browser::dropped_file(&ev));
+            }
+        >
+            {children()}
+        </div>
     }
 }
 

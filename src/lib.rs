@@ -15,6 +15,7 @@ pub mod browser;
 pub mod kv_distribution;
 pub mod kv_gguf;
 pub mod kv_page;
+pub mod kv_reconcile;
 pub mod latency_widget;
 pub mod quality_view;
 pub mod report_view;

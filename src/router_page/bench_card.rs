@@ -12,8 +12,9 @@ use wire::job::{BenchStep, PromptSize};
 use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::worker::{JobProgress as JobProgressLine, Worker};
-use super::{export_report, file_from_input, share_report, Alert, PageForm};
+use super::{export_report, share_report, Alert, PageForm};
 use crate::browser;
+use crate::browser::picked_file;
 use crate::report_view::{measured_where, Comparison, ReportView};
 
 /// A bench in progress: its prompts once ready, and its last call.
@@ -152,7 +153,7 @@ pub fn BenchCard() -> impl IntoView {
         }
     };
     let load_compare = move |ev: leptos::ev::Event| {
-        let Some(file) = file_from_input(&ev) else { return };
+        let Some(file) = picked_file(&ev) else { return };
         spawn_local(async move {
             let name = file.name();
             match browser::read_file_text(file).await.and_then(|text| bench::share::parse_report(&text, &name)) {

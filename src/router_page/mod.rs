@@ -28,7 +28,6 @@ use bench::page::RouterForm;
 use bench::report::Report;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use wasm_bindgen::JsCast;
 
 use crate::browser;
 use crate::report_view::{measured_where, ReportView};
@@ -175,11 +174,6 @@ async fn fetch_study<T: Clone>(file: &str, what: &str, section: fn(&Report) -> O
     let report: Report = bench::share::parse_report(&browser::fetch_text(file).await?, file)?;
     let study = section(&report).cloned().ok_or_else(|| format!("{file} holds no {what}"))?;
     Ok((report, study))
-}
-
-fn file_from_input(ev: &leptos::ev::Event) -> Option<web_sys::File> {
-    let input: web_sys::HtmlInputElement = ev.target()?.dyn_into().ok()?;
-    input.files()?.get(0)
 }
 
 fn bytes_label(n: f64) -> String {

@@ -11,7 +11,8 @@ use wire::session::ModelState;
 use wire::{JobKind, ModelInfo, Source, ToWorker};
 
 use super::worker::{LoadRequest, Worker};
-use super::{bytes_label, file_from_input, PageForm};
+use super::{bytes_label, PageForm};
+use crate::browser::{self, picked_file};
 use crate::worker_client::WorkerBuild;
 
 #[component]
@@ -23,7 +24,7 @@ pub fn ModelCard() -> impl IntoView {
     let busy = move || !worker.can_start(JobKind::Load);
     let on_drop = move |ev: leptos::ev::DragEvent| {
         ev.prevent_default();
-        if let Some(file) = ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0)) {
+        if let Some(file) = browser::dropped_file(&ev) {
             worker.load(LoadRequest::File(file));
         }
     };
@@ -81,7 +82,7 @@ pub fn ModelCard() -> impl IntoView {
                 <label class="file-pick" on:dragover=|ev: leptos::ev::DragEvent| ev.prevent_default() on:drop=on_drop>
                     "…or pick or drop your own GGUF (llama, qwen2, qwen3 or gemma3, e.g. Qwen3-0.6B): "
                     <input type="file" accept=".gguf" data-testid="model-file" disabled=busy
-                        on:change=move |ev| if let Some(file) = file_from_input(&ev) { worker.load(LoadRequest::File(file)) }/>
+                        on:change=move |ev| if let Some(file) = picked_file(&ev) { worker.load(LoadRequest::File(file)) }/>
                 </label>
             </div>
             <label>"Weights compute in: "

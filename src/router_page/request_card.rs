@@ -20,8 +20,9 @@ use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::generate_card::{checked_turn, sampling_field};
 use super::worker::Worker;
-use super::{file_from_input, Alert, NeedsModel, ReportActions};
+use super::{Alert, NeedsModel, ReportActions};
 use crate::browser;
+use crate::browser::picked_file;
 use crate::request_view::RequestView;
 
 /// The request in flight, on the page's clock: when it was sent, and when
@@ -162,7 +163,7 @@ pub fn RequestCard() -> impl IntoView {
     // A report `openai-replay --out` wrote: its runs beside this page's requests.
     let opened = RwSignal::new(None::<Result<ClientStudy, String>>);
     let open_report = move |ev: leptos::ev::Event| {
-        let Some(file) = file_from_input(&ev) else { return };
+        let Some(file) = picked_file(&ev) else { return };
         spawn_local(async move {
             let name = file.name();
             let study = match browser::read_file_text(file).await {

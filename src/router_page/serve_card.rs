@@ -9,8 +9,9 @@ use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::serve_form::ServeForm;
 use super::worker::{JobProgress as JobProgressLine, Worker};
-use super::{fetch_study, file_from_input, Alert, NeedsModel, PageForm, ReportActions};
+use super::{fetch_study, Alert, NeedsModel, PageForm, ReportActions};
 use crate::browser;
+use crate::browser::picked_file;
 use crate::serve_view::ServeView;
 
 /// The serving run in progress, as its ticks arrive: its index, the queue
@@ -100,7 +101,7 @@ pub fn ServeCard() -> impl IntoView {
     // A replayed trace file (name, text, and its problem if it has one).
     let trace = RwSignal::new(None::<Trace>);
     let pick_trace = move |ev: leptos::ev::Event| {
-        let Some(file) = file_from_input(&ev) else { return };
+        let Some(file) = picked_file(&ev) else { return };
         spawn_local(async move {
             let name = file.name();
             match browser::read_file_text(file).await {

@@ -107,6 +107,36 @@ test('a model from its GGUF header: the first bytes read, the fields filled, a b
   await screenshot(page, 'kv-gguf');
 });
 
+test('the vLLM reconciler: a /metrics scrape as a ledger, each difference attributed, a bad line named, never in the link', async () => {
+  const page = await newPage(browser);
+  await open(page, '?preset=llama-3.1-8b&seqs=1000,2000,3000,4000');
+  const scrape = [
+    '# TYPE vllm:cache_config_info gauge',
+    'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",num_gpu_blocks="27000"} 1.0',
+    'vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B"} 4.0',
+    'vllm:num_requests_waiting{engine="0",model_name="meta-llama/Llama-3.1-8B"} 0.0',
+    'vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B"} 0.0222222222',
+    'vllm:num_preemptions_total{engine="0" 3',
+  ].join('\n');
+  await page.getByTestId('reconcile-text').fill(scrape);
+  await page.getByTestId('reconcile-read').click();
+  await page.getByTestId('reconcile-ledger').waitFor();
+  const rows = (await page.getByTestId('reconcile-ledger').locator('tbody tr').allInnerTexts()).join('\n');
+  // 63 + 125 + 188 + 250 blocks of 16 tokens need, 1 null block, 600 in use by the metrics: 27 blocks held once.
+  assert.match(rows, /= blocks those requests need\t626\t1,312,817,152/);
+  assert.match(rows, /null block vLLM reserves[^\n]*\t1\t/);
+  assert.match(rows, /432 tokens of shared prefix\t−27\t−56,623,104\tprefix sharing/);
+  assert.match(rows, /= blocks in use, by the metrics\t600\t/);
+  assert.match(rows, /= the block pool vLLM allocated\t27,000\t56,623,104,000/);
+  assert.match(await text(page, 'reconcile-skipped'), /line 6: a `\{` without its `\}` \(skipped; the other lines are kept\)/);
+  // The ledger follows the form; the scrape never enters the link.
+  await page.fill('#f-seqs', '1000,2000,3000,4400');
+  await page.waitForFunction(() => /= blocks those requests need\t651\t/.test(document.querySelector('[data-testid=reconcile-ledger]')?.innerText ?? ''));
+  assert.doesNotMatch(page.url(), /cache_config|kv_cache_usage|vllm%3A/);
+  assert.deepEqual(page.problems, []);
+  await screenshot(page, 'kv-reconcile');
+});
+
 test('typing updates figures and the URL (replaceState, no history entries)', async () => {
   const page = await newPage(browser);
   await open(page, '?layers=32&kv_heads=8&head_dim=128&kv_dtype=bf16&seqs=8192x4');
@@ -270,12 +300,12 @@ test('capacity from a length distribution: pasted lengths, a bad line named and 
   // A line that does not read is named, and the text stays as typed.
   const bad = 'prompt_tokens,completion_tokens\n1200,300\n8000,lots\n';
   await page.getByTestId('dist-text').fill(bad);
-  await page.getByTestId('dist-size').click();
+  await page.getByTestId('dist-read').click();
   assert.equal(await text(page, 'dist-problem'), 'the pasted lengths: line 3: completion_tokens `lots` is not a number');
   assert.equal(await page.getByTestId('dist-text').inputValue(), bad);
   // Two lengths: the table's rows, exact. Llama 3.1 8B keeps 128 KiB a token in bf16.
   await page.getByTestId('dist-text').fill('prompt_tokens,completion_tokens\n1200,300\n8000,450\n');
-  await page.getByTestId('dist-size').click();
+  await page.getByTestId('dist-read').click();
   await page.getByTestId('dist-table').waitFor();
   const budget = await text(page, 'kv-budget');
   const cells = await page.locator('[data-testid=dist-table] tbody tr').allInnerTexts();
@@ -302,7 +332,7 @@ test('capacity from a length distribution: pasted lengths, a bad line named and 
   await again.waitForFunction(() => /1,002 sequences/.test(document.querySelector('[data-testid=dist-lines]')?.textContent ?? ''));
   // Pasted lengths are not: sizing them takes the example out of the link.
   await again.getByTestId('dist-text').fill('input,output\n100,10\n');
-  await again.getByTestId('dist-size').click();
+  await again.getByTestId('dist-read').click();
   await again.waitForFunction(() => /^1 sequence:/.test(document.querySelector('[data-testid=dist-lines]')?.textContent ?? ''));
   assert.equal(new URL(again.url()).search, query);
   await screenshot(page, 'kv-distribution');

@@ -8,6 +8,7 @@
 //! kv-budget --config config.json --seqs 4096x1 --kv-dtype bf16 --json
 //! kv-budget --preset llama-3.1-8b --set gpu_gib=80 --lengths requests.csv
 //! kv-budget --gguf model.gguf --seqs 8192x4 --set gpu_gib=24
+//! kv-budget --preset llama-3.1-8b --seqs 1000,2000,3000,4000 --metrics scrape.txt
 //! ```
 
 use std::process::ExitCode;
@@ -46,6 +47,9 @@ struct Args {
     /// A length distribution (CSV with input/output columns, optional calls; or JSON objects): sequences that fit at the mean, p50, p95, p99 and max of retained length. Needs a GPU budget (--set gpu_gib=80).
     #[arg(long)]
     lengths: Option<std::path::PathBuf>,
+    /// A vLLM /metrics scrape (Prometheus text): the ledger from the payload of the running requests (--seqs: their retained tokens) to the blocks vLLM allocated, uses and has free, each difference attributed.
+    #[arg(long)]
+    metrics: Option<std::path::PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -68,6 +72,8 @@ struct Output<'a> {
     report: &'a kv::Report,
     #[serde(skip_serializing_if = "Option::is_none")]
     distribution: Option<&'a kv::distribution::DistributionReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ledger: Option<&'a kv::reconcile::Ledger>,
 }
 
 /// Exit code 2 when the command line is wrong (clap's own parse errors and
@@ -134,6 +140,18 @@ fn run(args: Args) -> Result<()> {
             Some(kv::distribution::capacity(&inputs, budget.kv_budget_bytes_per_gpu, &lengths)?)
         }
     };
+    let ledger = match &args.metrics {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("--metrics: cannot read {}", path.display()))?;
+            let scrape = kv::reconcile::parse_scrape(&text);
+            for skipped in &scrape.skipped {
+                eprintln!("kv-budget: --metrics {}: {skipped} (skipped)", path.display());
+            }
+            let metrics = kv::reconcile::vllm_metrics(&scrape).map_err(|e| anyhow::anyhow!("--metrics {}: {e}", path.display()))?;
+            Some(kv::reconcile::reconcile(&inputs, &report, &metrics)?)
+        }
+    };
     if args.json {
         let out = Output {
             query: form.to_query(),
@@ -147,12 +165,16 @@ fn run(args: Args) -> Result<()> {
             import_notes: &notes,
             report: &report,
             distribution: distribution.as_ref(),
+            ledger: ledger.as_ref(),
         };
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_text(&report, &notes);
         if let Some(d) = &distribution {
             print_distribution(d);
+        }
+        if let Some(l) = &ledger {
+            print_ledger(l);
         }
     }
     Ok(())
@@ -209,6 +231,18 @@ fn print_text(r: &kv::Report, notes: &[String]) {
             units::group_digits(b.max_retained_tokens),
             units::group_digits(b.max_sequences)
         );
+    }
+}
+
+fn print_ledger(l: &kv::reconcile::Ledger) {
+    println!();
+    println!("{:<78} {:>10} {:>18}  {:<16} arithmetic", "ledger (one GPU)", "blocks", "bytes", "whose figure");
+    for r in &l.rows {
+        let blocks = r.blocks.map(|b| b.to_string()).unwrap_or_default();
+        println!("{:<78} {:>10} {:>18}  {:<16} {}", r.label, blocks, r.bytes, r.source, r.arithmetic);
+    }
+    for n in &l.notes {
+        println!("note: {n}");
     }
 }
 

@@ -77,6 +77,31 @@ fn a_gguf_header_fills_the_model() {
     assert!(err.contains("--gguf") && err.contains("not the GGUF magic"), "{err}");
 }
 
+/// `--metrics` lays out the ledger against a scrape; a scrape without
+/// the cache's configuration exits 1 naming what is missing.
+#[test]
+fn a_metrics_scrape_is_reconciled() {
+    let dir = std::env::temp_dir().join(format!("kv-budget-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("metrics.txt");
+    std::fs::write(
+        &path,
+        "vllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"False\",num_gpu_blocks=\"27000\"} 1.0\nvllm:kv_cache_usage_perc 0.02322222222222222\nvllm:num_requests_running 4.0\n",
+    )
+    .unwrap();
+    let (code, out, err) =
+        kv_budget(&["--preset", "llama-3.1-8b", "--seqs", "1000,2000,3000,4000", "--metrics", path.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let rows = v["ledger"]["rows"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["label"] == "= blocks in use, by the metrics" && r["blocks"] == 627), "{rows:?}");
+    assert!(!rows.iter().any(|r| r["source"] == "unattributed"), "{rows:?}");
+    std::fs::write(&path, "vllm:kv_cache_usage_perc 0.5\n").unwrap();
+    let (code, _, err) = kv_budget(&["--preset", "llama-3.1-8b", "--metrics", path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no `vllm:cache_config_info` line"), "{err}");
+}
+
 #[test]
 fn bad_input_names_the_field_and_fails() {
     // Exit code 2: the command line is wrong; 1: something failed while running.

@@ -232,6 +232,9 @@ pub struct Report {
     /// One token held in every layer (payload only).
     pub per_token_bytes: u128,
     pub per_token_bits: u128,
+    /// The same on one GPU of the tensor-parallel group (its share of the
+    /// heads, replicas included): what one token costs an engine's block.
+    pub per_gpu_token_bits: u128,
     pub per_sequence_text: String,
     pub per_sequence_is_mean: bool,
     pub logical: Breakdown,
@@ -657,6 +660,7 @@ pub fn compute(inputs: &Inputs) -> Result<Report, KvError> {
         total_tokens,
         per_token_bytes: units::bits_to_bytes(per_token_bits),
         per_token_bits,
+        per_gpu_token_bits: bits_per_token(gpu_groups.iter(), dtype_bits, None),
         per_sequence_text: units::binary_from_bits(logical.total_bits, sequences),
         per_sequence_is_mean: !same_length || inputs.prefix.is_some_and(|p| p.sequences > 1),
         logical_bytes: logical.total_bytes(),

@@ -154,7 +154,9 @@ pub fn import(header: &Header) -> Result<Imported, KvError> {
             ));
         };
         let value_dim = inner / value_heads.max(1);
-        let channels = 2 * key_heads as u128 * key_dim as u128 + inner as u128;
+        // Saturating: a crafted file's sizes must not overflow here; the
+        // form then names the field whose number is out of range.
+        let channels = (2 * key_heads as u128).saturating_mul(key_dim as u128).saturating_add(inner as u128);
         notes.push(format!(
             "linear-attention state: conv (ssm.conv_kernel {kernel} − 1) × (2 × {key_heads} key heads × {key_dim} + ssm.inner_size {inner} = {channels}); delta-rule state {value_heads} value heads × {value_dim} × {key_dim}"
         ));
@@ -171,7 +173,7 @@ pub fn import(header: &Header) -> Result<Imported, KvError> {
         if is_mamba2(arch) {
             let heads = dt_rank.unwrap_or(1).max(1);
             let groups = groups.unwrap_or(1);
-            let channels = inner as u128 + 2 * groups as u128 * state_size as u128;
+            let channels = (2 * groups as u128).saturating_mul(state_size as u128).saturating_add(inner as u128);
             notes.push(format!(
                 "Mamba-2 state: conv (ssm.conv_kernel {kernel} − 1) × (ssm.inner_size {inner} + 2 × {groups} groups × {state_size} = {channels}); SSM {heads} heads × {} × {state_size}",
                 inner / heads

@@ -25,6 +25,7 @@ pub mod gguf_import;
 pub mod model;
 pub mod plot;
 pub mod presets;
+pub mod reconcile;
 pub mod runs;
 pub mod units;
 pub mod vllm;
