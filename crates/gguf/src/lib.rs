@@ -499,6 +499,15 @@ impl PrefixReader {
             Ok(header) => Ok(Some(header)),
             Err(HeaderError::NeedMore { needed, .. }) => {
                 let read = bytes.len() as u64;
+                // Fewer bytes than asked for: the file is shorter than its
+                // stated length (it changed, or a reader stopped early), and
+                // asking again would loop.
+                if read < self.next {
+                    return Err(PrefixError::Header(HeaderError::Malformed(format!(
+                        "truncated: asked for the first {} bytes and got {read}; the header needs {needed}",
+                        self.next
+                    ))));
+                }
                 let next = needed.max(read.saturating_mul(2)).min(self.file_len);
                 if next > self.limit {
                     return Err(PrefixError::TooLarge { read, limit: self.limit });
@@ -599,6 +608,9 @@ mod tests {
         assert!(read <= f.len() as u64);
         let e = read_header_from(f.len() as u64, 8, 16, |n| Ok::<_, String>(f[..n as usize].to_vec())).unwrap_err();
         assert!(e.starts_with("the header is larger than 16 bytes"), "{e}");
+        // A reader that gives less than it was asked for is not asked forever.
+        let e = read_header_from(f.len() as u64, 8, 1 << 20, |n| Ok::<_, String>(f[..(n as usize).min(20)].to_vec())).unwrap_err();
+        assert!(e.starts_with("truncated: asked for the first 32 bytes and got 20"), "{e}");
     }
 
     #[test]

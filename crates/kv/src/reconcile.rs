@@ -359,7 +359,11 @@ pub fn reconcile(inputs: &Inputs, report: &Report, metrics: &VllmMetrics) -> Res
     });
     let free = metrics.num_gpu_blocks.saturating_sub(used);
     rows.push(LedgerRow {
-        label: "+ free blocks".into(),
+        label: if metrics.prefix_caching == Some(true) {
+            "+ free blocks (with prefix caching, finished requests' cached blocks among them, evicted as needed)".into()
+        } else {
+            "+ free blocks".into()
+        },
         blocks: Some(signed(free)?),
         bytes: signed(times(free, block_bytes)?)?,
         arithmetic: format!(
