@@ -42,9 +42,12 @@ bust pkg/router router-page_bg.wasm router-widget_bg.wasm router-page.js router-
 scripts/build-threads-worker.sh
 if [ "$WITH_GEMMA" = 1 ]; then
   cp assets/gemma-3-270m-q4_k_m.gguf pkg/router/models/
+  # Its trained head (trained on Gemma's hidden states) goes where Gemma goes.
+  cp reports/head.gemma3-270m.json pkg/router/head.gemma3-270m.json
 fi
 # The measured routing-quality study (bench-decide --quality) and its head:
-# the page's Quality card fetches them only when asked.
+# the worker attaches the head after loading SmolLM2 (pinned by SHA-256 in
+# models/manifest.json); the page's Quality card fetches the study only when asked.
 # Its in-browser evaluation reads the OOD176 files (MIT) from router/data/.
 cp reports/router-quality.cpu.json pkg/router/quality.json
 cp reports/head.smollm2-135m.json pkg/router/head.smollm2-135m.json

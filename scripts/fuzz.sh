@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-all=(kv_query kv_config_import kv_gguf_header kv_metrics kv_vllm_log kv_lengths share_link router_fragment pool_file gguf gguf_tokenizer)
+all=(kv_query kv_config_import kv_gguf_header kv_metrics kv_vllm_log kv_lengths share_link router_fragment pool_file head_file gguf gguf_tokenizer)
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 for t in "${targets[@]}"; do
   [[ " ${all[*]} " == *" $t "* ]] || { echo "fuzz: no target $t (targets: ${all[*]})" >&2; exit 2; }

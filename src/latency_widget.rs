@@ -49,6 +49,9 @@ enum Phase {
     Loading(LoadProgress),
     /// The protocol runs: `done` of `overall` calls.
     Running { done: usize, overall: usize, prompt_tokens: usize },
+    /// After the protocol, one decide of the example task, to show what the
+    /// timed calls decided.
+    Deciding,
     /// The column holds a result (measured here, or shared).
     Shown,
     /// What went wrong, in a sentence; the button runs again.
@@ -57,7 +60,7 @@ enum Phase {
 
 impl Phase {
     fn busy(&self) -> bool {
-        matches!(self, Phase::Starting | Phase::Loading(_) | Phase::Running { .. })
+        matches!(self, Phase::Starting | Phase::Loading(_) | Phase::Running { .. } | Phase::Deciding)
     }
 }
 
@@ -78,6 +81,8 @@ struct Widget {
     phase: RwSignal<Phase>,
     report: RwSignal<Option<(LatencyReport, Origin)>>,
     model: RwSignal<Option<ModelInfo>>,
+    /// The example task's decision after a live run (a shared report has none).
+    decision: RwSignal<Option<router::Decision>>,
     share_link: RwSignal<Option<String>>,
     client: StoredValue<Option<WorkerClient>, LocalStorage>,
     /// The job the widget started last: answers about any other are stale.
@@ -101,6 +106,7 @@ impl Widget {
 
     fn run(self) {
         self.share_link.set(None);
+        self.decision.set(None);
         if self.client.with_value(Option::is_none) {
             self.phase.set(Phase::Starting);
             self.spawn();
@@ -177,6 +183,17 @@ impl Widget {
         }
     }
 
+    /// One decide of the link's example task (the page's first task unless
+    /// the link gives another) with the checkpoint's scoring: what a reader
+    /// of the table would be routed to, and how sure the router is.
+    fn decide(self) {
+        let user = self.form.with_value(|f| f.user.clone());
+        let conversation = router::Conversation::user(user);
+        if self.start(JobRequest::Decide { conversation, mode: None, scoring: router::ScoringChoice::Trained }) {
+            self.phase.set(Phase::Deciding);
+        }
+    }
+
     fn on_message(self, message: FromWorker) {
         match message {
             FromWorker::Hello { .. } => self.load(),
@@ -210,6 +227,10 @@ impl Widget {
             }
             JobEvent::Finished { result: JobResult::Bench(report), .. } => {
                 self.report.set(Some((*report, Origin::Live)));
+                self.decide();
+            }
+            JobEvent::Finished { result: JobResult::Decided { decision, .. }, .. } => {
+                self.decision.set(Some(*decision));
                 self.phase.set(Phase::Shown);
             }
             JobEvent::Finished { .. } => {}
@@ -255,6 +276,7 @@ pub fn LatencyWidget() -> impl IntoView {
         phase: RwSignal::new(Phase::Idle),
         report: RwSignal::new(None),
         model: RwSignal::new(None),
+        decision: RwSignal::new(None),
         share_link: RwSignal::new(None),
         client: StoredValue::new_local(None),
         job: StoredValue::new(JobId(0)),
@@ -337,6 +359,7 @@ pub fn LatencyWidget() -> impl IntoView {
                 " Measured natively by the field guide's authors on Qwen3-0.6B; this widget runs SmolLM2-135M (Q4_1) in your browser, so the columns share a protocol, not a model or a machine."
             </p>
             <MeasuredLine widget=widget/>
+            <DecisionLine widget=widget/>
             <div class="widget-actions">
                 <button type="button" data-testid="widget-run" on:click=move |_| widget.run()
                     disabled=move || !can_run || widget.phase.with(Phase::busy)>
@@ -415,6 +438,35 @@ fn MeasuredLine(widget: Widget) -> impl IntoView {
     }
 }
 
+/// After a live run: where the example task is routed, by which scoring,
+/// and how sure the router is (a trained head's confidence and flag).
+#[component]
+fn DecisionLine(widget: Widget) -> impl IntoView {
+    move || {
+        let decision = widget.decision.get()?;
+        let top = decision.ranked.first().map(|r| r.id.clone()).unwrap_or_default();
+        let (scoring, doubt, unsure) = match &decision.confidence {
+            Some(c) => (
+                format!("the trained head {}", decision.scoring),
+                format!(
+                    " P(first place stays ahead of second) {:.0} %; {}.",
+                    100.0 * c.p_first_ahead,
+                    if c.unsure() { format!("unsure: {}", c.reasons().join("; ")) } else { "sure on both counts".into() }
+                ),
+                c.unsure(),
+            ),
+            None => ("the untrained descriptor similarity (no trained head for this checkpoint)".to_string(), String::new(), false),
+        };
+        let text = format!(
+            "Decided for the example task ({} tokens, {} mode): route to {top}, scored by {scoring}.{doubt}",
+            decision.tokens_used, decision.mode
+        );
+        Some(
+            view! { <p class="conditions" data-testid="widget-decision" data-scoring=decision.scoring.clone() data-unsure=unsure.to_string()>{text}</p> },
+        )
+    }
+}
+
 /// The progress bar and the status line (announced to screen readers).
 #[component]
 fn Progress(widget: Widget) -> impl IntoView {
@@ -437,6 +489,7 @@ fn Progress(widget: Widget) -> impl IntoView {
                 format!("Measuring: call {done} of {overall} ({prompt_tokens} tokens).")
             }
         }
+        Phase::Deciding => "Deciding the example task…".into(),
         Phase::Shown => match widget.report.get() {
             Some((report, Origin::Live)) => {
                 let total: f64 =
@@ -452,7 +505,7 @@ fn Progress(widget: Widget) -> impl IntoView {
         let (value, max) = match widget.phase.get() {
             Phase::Loading(LoadProgress { done, total: Some(t), .. }) if t > 0 => (done as f64, t as f64),
             Phase::Running { done, overall, .. } if overall > 0 => (done as f64, overall as f64),
-            Phase::Starting | Phase::Loading(_) | Phase::Running { .. } => (0.0, 1.0),
+            Phase::Starting | Phase::Loading(_) | Phase::Running { .. } | Phase::Deciding => (0.0, 1.0),
             _ => return None,
         };
         Some(view! { <progress data-testid="widget-progress" aria-label="Progress of the run" max=max value=value></progress> })

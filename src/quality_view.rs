@@ -66,6 +66,9 @@ pub fn QualityView(report: Report, study: QualityStudy) -> impl IntoView {
             .collect_view()
     };
     let note = study.published_note.clone();
+    let reliability = (!study.calibration.is_empty()).then(|| study.reliability_svg());
+    let calibration = study.calibration.clone();
+    let doubt = study.doubt.clone();
     let truncation_rows: Vec<_> = study
         .truncation
         .iter()
@@ -131,9 +134,91 @@ pub fn QualityView(report: Report, study: QualityStudy) -> impl IntoView {
                 </div>
             })}
             {trade_off.map(|svg| view! { <figure class="plot" data-testid="truncation-plot" inner_html=svg></figure> })}
+            {(!calibration.is_empty()).then(|| view! {
+                <div class="table-wrap">
+                    <table data-testid="calibration-table">
+                        <caption>"Calibration of the trained head's P(resolve), out of fold over every seed: Brier score against forecasting each candidate's own resolve rate, and how far its P moves between folds (σ, what a decision's close-call flag uses)"</caption>
+                        <thead><tr>
+                            <th scope="col">"candidate"</th><th scope="col">"resolve rate"</th><th scope="col">"Brier"</th>
+                            <th scope="col">"Brier of the rate"</th><th scope="col">"spread σ"</th>
+                        </tr></thead>
+                        <tbody>
+                            {calibration.into_iter().map(|c| view! {
+                                <tr data-testid="calibration-row" data-candidate=c.candidate.clone() data-brier=c.brier.to_string()>
+                                    <th scope="row">{c.candidate.clone()}</th>
+                                    <td class="num">{format!("{:.3}", c.base_rate)}</td>
+                                    <td class="num">{format!("{:.3}", c.brier)}</td>
+                                    <td class="num">{format!("{:.3}", c.brier_base_rate)}</td>
+                                    <td class="num">{format!("{:.3}", c.p_sigma)}</td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                </div>
+            })}
+            <PublishedRows/>
+            {reliability.map(|svg| view! { <figure class="plot" data-testid="reliability-plot" inner_html=svg></figure> })}
+            {doubt.map(|d| view! {
+                <div class="table-wrap">
+                    <table data-testid="doubt-table">
+                        <caption>{format!(
+                            "Decisions flagged unsure, out of fold: a close call (the first two utilities within their spread) or a task unlike the training tasks (its nearest below the training tasks' own {}th percentile); mean over seeds",
+                            d.novelty_percentile
+                        )}</caption>
+                        <thead><tr>
+                            <th scope="col">"mode"</th><th scope="col">"flag"</th><th scope="col">"flagged"</th><th scope="col">"resolved"</th>
+                            <th scope="col">"cost"</th><th scope="col">"not flagged"</th><th scope="col">"resolved"</th><th scope="col">"cost"</th>
+                        </tr></thead>
+                        <tbody>
+                            {d.rows.into_iter().map(|r| {
+                                let (flagged_rate, unflagged_rate) = r.rates();
+                                view! {
+                                    <tr data-testid="doubt-row" data-mode=r.mode.clone()>
+                                        <td>{r.mode.clone()}</td><td>{r.reason.label()}</td>
+                                        <td class="num">{format!("{:.1}", r.flagged.mean)}</td>
+                                        <td class="num">{format!("{:.1} ({:.0} %)", r.flagged_resolved.mean, 100.0 * flagged_rate)}</td>
+                                        <td class="num">{money(r.flagged_cost_usd.mean)}</td>
+                                        <td class="num">{format!("{:.1}", r.unflagged.mean)}</td>
+                                        <td class="num">{format!("{:.1} ({:.0} %)", r.unflagged_resolved.mean, 100.0 * unflagged_rate)}</td>
+                                        <td class="num">{money(r.unflagged_cost_usd.mean)}</td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                </div>
+            })}
             <p class="note">
                 "176 tasks is a small sample: the intervals are 95 % bootstrap intervals over tasks, and a cross-validated row is a mean ± std over seeds of one split of one benchmark, not a general claim about routers."
             </p>
         </div>
+    }
+}
+
+/// The dataset's published OOD176 rows of other routers, beside ours
+/// above, with how their protocol differs.
+#[component]
+fn PublishedRows() -> impl IntoView {
+    use bench::quality::published::{PROTOCOL, ROWS, SOURCE};
+    view! {
+        <div class="table-wrap">
+            <table data-testid="published-table">
+                <caption>{format!("Published OOD176 results of other routers ({SOURCE}): another protocol, not recomputed here")}</caption>
+                <thead><tr>
+                    <th scope="col">"router"</th><th scope="col">"kind"</th><th scope="col">"resolved"</th><th scope="col">"cost"</th>
+                </tr></thead>
+                <tbody>
+                    {ROWS.iter().map(|r| view! {
+                        <tr data-testid="published-row" data-router=r.router data-resolved=format!("{:.1}", r.resolved())>
+                            <th scope="row">{r.router}</th>
+                            <td>{r.group}</td>
+                            <td class="num">{format!("{:.0}/176 ({:.1} %)", r.resolved(), r.resolved_pct)}</td>
+                            <td class="num">{if r.stated_cost_usd.is_some() { money(r.cost_usd()) } else { format!("≈ {}", money(r.cost_usd())) }}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+        <p class="note" data-testid="published-protocol">{PROTOCOL}</p>
     }
 }

@@ -134,7 +134,7 @@ pub fn ReportView(report: Report, #[prop(default = None)] compare_with: Option<C
                 <thead><tr>
                     <th scope="col">"prompt tokens"</th><th scope="col">"tokenise"</th><th scope="col">"prefill"</th>
                     <th scope="col">"of it: projections"</th><th scope="col">"attention"</th><th scope="col">"rest"</th>
-                    <th scope="col">"scores"</th><th scope="col">"cost + rank"</th><th scope="col">"whole call"</th><th scope="col">"prefill share"</th>
+                    <th scope="col">"scores"</th><th scope="col">"cost, rank, confidence"</th><th scope="col">"whole call"</th><th scope="col">"prefill share"</th>
                 </tr></thead>
                 <tbody>
                     {breakdown.into_iter().map(|(tokens, b)| view! {

@@ -164,6 +164,9 @@ fn main() {
         put("router_fragment", name, fragment.as_bytes());
     }
     put("pool_file", "coderouterbench", workbench_fuzz::POOL_YAML);
+    // The committed head is 363 KB; a small one of the same shape lets the
+    // fuzzer mutate every field within its budget.
+    put("head_file", "small", small_head().as_bytes());
 
     let text = "<start_of_turn>user\nFix the failing test in src/parser.rs ✓ 中文<end_of_turn>";
     for (name, bytes) in [
@@ -190,4 +193,52 @@ fn main() {
         put("gguf_tokenizer", name, &[&[0u8][..], &spec.gguf()].concat());
     }
     println!("seeds written under {}/seeds", env!("CARGO_MANIFEST_DIR"));
+}
+
+/// A valid head of two candidates over 4 features and 3 training tasks.
+fn small_head() -> String {
+    use router::head::{quantize_rows, Head, HeadCandidate, HeadEvaluation, TrainingSet, TrainingTask, HEAD_SCHEMA};
+    let rows = vec![vec![1.0, -0.5, 0.25, 0.0], vec![0.0, 1.0, -1.0, 0.5], vec![-0.3, 0.2, 0.9, -1.0]];
+    let (features_i8, feature_scales) = quantize_rows(&rows);
+    let head = Head {
+        schema: HEAD_SCHEMA.into(),
+        backbone_checkpoint_id: "gguf-00000000".into(),
+        hidden: 4,
+        pooling: router::Pooling::Last,
+        router_max_tokens: 1024,
+        truncation: router::TruncationSide::Left,
+        modes: [("quality".to_string(), 0.0), ("balanced".to_string(), 0.1)].into_iter().collect(),
+        candidates: ["a", "b"]
+            .iter()
+            .enumerate()
+            .map(|(i, id)| HeadCandidate {
+                id: id.to_string(),
+                weights: vec![0.5, -0.25, i as f32, 1.0],
+                bias: -0.5,
+                mean_cost_usd: 1.0 + i as f64,
+                p_sigma: 0.05,
+            })
+            .collect(),
+        trained_on: "fuzz seed".into(),
+        evaluation: HeadEvaluation::default(),
+        training: TrainingSet {
+            mean: vec![0.0; 4],
+            scale: vec![1.0; 4],
+            novelty_percentile: 5.0,
+            novelty_threshold: 0.2,
+            tasks: (0..3)
+                .map(|t| TrainingTask {
+                    id: format!("t{t}"),
+                    excerpt: "Fix the test".into(),
+                    resolved: vec![t % 2 == 0, true],
+                    cost_usd: vec![0.5, 1.5],
+                })
+                .collect(),
+            features_i8,
+            feature_scales,
+        },
+    };
+    let text = serde_json::to_string(&head).expect("a head serialises");
+    router::LoadedHead::from_json(text.as_bytes(), "seed").expect("the seed reads");
+    text
 }

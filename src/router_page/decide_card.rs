@@ -4,25 +4,33 @@
 
 use bench::report::format_ms;
 use leptos::prelude::*;
-use router::{Conversation, Decision};
+use router::{Conversation, Decision, Neighbour, ScoringChoice};
 use wire::session::ModelState;
-use wire::{JobEvent, JobKind, JobRequest, JobResult};
+use wire::{JobEvent, JobKind, JobRequest, JobResult, Scoring};
 
 use super::worker::Worker;
 use super::{bytes_label, Alert, PageForm};
 
+/// The last decision, with the training tasks nearest to it (a trained
+/// head's decision only).
+#[derive(Clone)]
+struct Decided {
+    decision: Decision,
+    neighbours: Vec<Neighbour>,
+}
+
 /// The card's state: the last decision, and the worker's memory after it.
 #[derive(Clone, Copy)]
 struct DecideState {
-    decision: RwSignal<Option<Decision>>,
+    decided: RwSignal<Option<Decided>>,
     /// The worker's wasm memory after the last decision.
     worker_memory: RwSignal<Option<u64>>,
 }
 
 impl DecideState {
     fn apply(self, event: JobEvent) {
-        if let JobEvent::Finished { result: JobResult::Decided { decision, wasm_memory_bytes }, .. } = event {
-            self.decision.set(Some(*decision));
+        if let JobEvent::Finished { result: JobResult::Decided { decision, neighbours, wasm_memory_bytes }, .. } = event {
+            self.decided.set(Some(Decided { decision: *decision, neighbours }));
             self.worker_memory.set(Some(wasm_memory_bytes));
         }
     }
@@ -33,7 +41,7 @@ pub fn DecideCard() -> impl IntoView {
     let worker = expect_context::<Worker>();
     let form = expect_context::<PageForm>().0;
     let alert = expect_context::<Alert>();
-    let state = DecideState { decision: RwSignal::new(None), worker_memory: RwSignal::new(None) };
+    let state = DecideState { decided: RwSignal::new(None), worker_memory: RwSignal::new(None) };
     worker.on_job(JobKind::Decide, move |event| state.apply(event));
     // A decision belongs to the model that made it: a new load hides it,
     // and a replaced worker takes its memory figure with it.
@@ -41,7 +49,7 @@ pub fn DecideCard() -> impl IntoView {
     let gone = Memo::new(move |_| worker.session.with(|s| matches!(s.model(), ModelState::NotLoaded)));
     Effect::new(move |_| {
         if loading.get() || gone.get() {
-            state.decision.set(None);
+            state.decided.set(None);
         }
         if gone.get() {
             state.worker_memory.set(None);
@@ -53,13 +61,22 @@ pub fn DecideCard() -> impl IntoView {
         if f.user.trim().is_empty() {
             return alert.show("Write a user turn (or pick a task) to decide.".into());
         }
+        let scoring = match f.scoring() {
+            Ok(scoring) => scoring,
+            Err(problem) => return alert.show(format!("{} (the link's `{}`)", problem.message, problem.field)),
+        };
         let mut conversation = Conversation::user(f.user);
         if !f.system.trim().is_empty() {
             conversation = conversation.with_system(f.system);
         }
         let mode = Some(f.mode).filter(|m| !m.is_empty());
         alert.clear();
-        worker.start(JobRequest::Decide { conversation, mode }, None);
+        worker.start(JobRequest::Decide { conversation, mode, scoring }, None);
+    };
+    // The scoring choice is offered where the checkpoint has a head.
+    let head_id = move || match worker.model.get().map(|m| m.scoring) {
+        Some(Scoring::Trained { head_id, .. }) => Some(head_id),
+        _ => None,
     };
     let pick_task = move |ev: leptos::ev::Event| {
         let id = event_target_value(&ev);
@@ -103,11 +120,22 @@ pub fn DecideCard() -> impl IntoView {
                         }}
                     </select>
                 </label>
+                {move || head_id().map(|id| view! {
+                    <label>"Scoring "
+                        <select data-testid="scoring-select" on:change=move |ev| form.update(|f| {
+                            let value = event_target_value(&ev);
+                            f.scoring = if value == ScoringChoice::Similarity.name() { value } else { String::new() };
+                        })>
+                            <option value="trained" selected=move || form.with(|f| f.scoring.is_empty())>{format!("trained head ({id})")}</option>
+                            <option value="similarity" selected=move || form.with(|f| f.scoring == "similarity")>"similarity (untrained)"</option>
+                        </select>
+                    </label>
+                })}
                 <button type="button" data-testid="decide-button" disabled=move || !worker.can_start(JobKind::Decide) on:click=decide>
                     {move || if deciding() { "Deciding…" } else { "Decide" }}
                 </button>
             </div>
-            {move || state.decision.get().map(|d| view! { <DecisionView decision=d/> })}
+            {move || state.decided.get().map(|d| view! { <DecisionView decision=d.decision neighbours=d.neighbours/> })}
             {move || state.worker_memory.get().map(|bytes| view! {
                 <p class="note" data-testid="worker-memory" data-bytes=bytes>
                     {format!("Worker memory after this decision: {} (wasm memory only grows; it stays flat while the prefix cache holds its budget).", bytes_label(bytes as f64))}
@@ -117,8 +145,67 @@ pub fn DecideCard() -> impl IntoView {
     }
 }
 
+/// How the decision was scored, and how sure it is.
+fn confidence_view(decision: &Decision) -> impl IntoView {
+    let scoring = if decision.scoring == "similarity" {
+        "Scored by the untrained descriptor similarity: no confidence to give (it has no measured uncertainty, and it resolved fewer OOD176 tasks than random picks on SmolLM2).".to_string()
+    } else {
+        format!("Scored by the trained head {}.", decision.scoring)
+    };
+    let confidence = decision.confidence.clone().map(|c| {
+        let unsure = c.unsure();
+        let verdict = if unsure { format!("Unsure: {}.", c.reasons().join("; ")) } else { "Sure on both counts.".to_string() };
+        let text = format!(
+            "P(first place stays ahead of second) {:.0} % (utility margin {:.3} against a spread of {:.3}); nearest training task at cosine {:.2} (threshold {:.2}). {verdict}",
+            100.0 * c.p_first_ahead,
+            c.margin,
+            c.margin_sigma,
+            c.nearest_similarity,
+            c.novelty_threshold,
+        );
+        view! {
+            <p class=if unsure { "note warn" } else { "note" } data-testid="decide-confidence" data-unsure=unsure.to_string()
+                data-p-first-ahead=c.p_first_ahead.to_string()>
+                {text}
+            </p>
+        }
+    });
+    view! {
+        <p class="note" data-testid="decide-scoring" data-scoring=decision.scoring.clone()>{scoring}</p>
+        {confidence}
+    }
+}
+
+/// "Why this model": the nearest training tasks and what each backend did.
 #[component]
-fn DecisionView(decision: Decision) -> impl IntoView {
+fn Neighbours(neighbours: Vec<Neighbour>) -> impl IntoView {
+    (!neighbours.is_empty()).then(|| view! {
+        <details class="neighbours" data-testid="decide-neighbours">
+            <summary>"Why this model: the most similar training tasks, and which backends resolved them"</summary>
+            <ul>
+                {neighbours.into_iter().map(|n| {
+                    let resolved: Vec<String> = n.outcomes.iter().filter(|o| o.resolved).map(|o| format!("{} (${:.2})", o.candidate, o.cost_usd)).collect();
+                    let failed: Vec<String> = n.outcomes.iter().filter(|o| !o.resolved).map(|o| o.candidate.clone()).collect();
+                    view! {
+                        <li data-testid="neighbour" data-task=n.task.clone()>
+                            <strong>{format!("{} (cosine {:.2})", n.task, n.similarity)}</strong>
+                            {format!(": {}", n.excerpt)}
+                            <br/>
+                            {format!(
+                                "resolved by {}; not by {}",
+                                if resolved.is_empty() { "none".to_string() } else { resolved.join(", ") },
+                                if failed.is_empty() { "none".to_string() } else { failed.join(", ") }
+                            )}
+                        </li>
+                    }
+                }).collect_view()}
+            </ul>
+        </details>
+    })
+}
+
+#[component]
+fn DecisionView(decision: Decision, neighbours: Vec<Neighbour>) -> impl IntoView {
     let t = decision.timings;
     let stages = [
         ("mode", t.mode_ms),
@@ -130,6 +217,7 @@ fn DecisionView(decision: Decision) -> impl IntoView {
         ("scores", t.score_ms),
         ("cost", t.cost_ms),
         ("rank", t.rank_ms),
+        ("confidence", t.confidence_ms),
     ];
     let truncation = if decision.truncated {
         format!("{} of {} tokens prefilled (cut from the left to router_max_tokens)", decision.tokens_used, decision.tokens_total)
@@ -142,11 +230,13 @@ fn DecisionView(decision: Decision) -> impl IntoView {
                 <strong>{format!("Route to {}", decision.ranked.first().map(|r| r.id.as_str()).unwrap_or("–"))}</strong>
                 {format!(" · mode {} (cost weight {}) · {truncation} · decide took {}", decision.mode, decision.cost_weight, format_ms(t.total_ms))}
             </p>
+            {confidence_view(&decision)}
+            <Neighbours neighbours=neighbours/>
             <div class="table-wrap">
                 <table>
                     <thead><tr>
                         <th scope="col">"#"</th><th scope="col">"candidate"</th><th scope="col">"score"</th>
-                        <th scope="col">"cosine"</th><th scope="col">"est. cost (USD)"</th><th scope="col">"utility"</th>
+                        <th scope="col">"cosine"</th><th scope="col">{if decision.scoring == "similarity" { "est. cost (USD)" } else { "mean cost per task (USD)" }}</th><th scope="col">"utility"</th>
                     </tr></thead>
                     <tbody>
                         {decision.ranked.iter().enumerate().map(|(i, r)| view! {

@@ -8,7 +8,7 @@
 use bench::report::format_ms;
 use leptos::prelude::*;
 use wire::session::ModelState;
-use wire::{JobKind, ModelInfo, Source, ToWorker};
+use wire::{JobKind, ModelInfo, Scoring, Source, ToWorker};
 
 use super::worker::{LoadRequest, Worker};
 use super::{bytes_label, PageForm};
@@ -168,5 +168,36 @@ fn ModelFacts(model: ModelInfo) -> impl IntoView {
         <dl class="facts" data-testid="model-facts">
             {facts.into_iter().map(|(k, v)| view! { <dt>{k}</dt><dd data-field=k>{v}</dd> }).collect_view()}
         </dl>
+        <ScoringNote scoring=model.scoring.clone() default_mode=model.default_mode.clone()/>
+    }
+}
+
+/// How this checkpoint's decisions are scored, and what that is worth: the
+/// study's figures for the trained head, or, when no head fits, why not and
+/// what the untrained scoring was measured to be worth.
+#[component]
+fn ScoringNote(scoring: Scoring, default_mode: String) -> impl IntoView {
+    match scoring {
+        Scoring::Trained { head_id, file, trained_on, evaluation } => view! {
+            <p class="note" data-testid="scoring-note" data-scoring="trained" data-head=head_id.clone()>
+                {format!(
+                    "Decisions are scored by the trained head {head_id} ({file}, pinned by SHA-256 in the site's manifest; {trained_on}). {} The untrained similarity scoring stays a choice on card 2.",
+                    evaluation.trained_sentence(&default_mode)
+                )}
+            </p>
+        }
+        .into_any(),
+        Scoring::Untrained { reason, reference } => view! {
+            <p class="note warn" data-testid="scoring-note" data-scoring="untrained">
+                {format!(
+                    "Running untrained: {reason}. Decisions are scored by descriptor similarity. {}",
+                    reference.map_or_else(
+                        || "Its worth on this backbone is not measured.".to_string(),
+                        |r| format!("{} This backbone's is not measured.", r.evaluation.untrained_sentence(&r.backbone, &default_mode))
+                    )
+                )}
+            </p>
+        }
+        .into_any(),
     }
 }

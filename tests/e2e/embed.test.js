@@ -94,6 +94,10 @@ test('latency widget: Run fills the column with cold and warm figures, then link
   const [, cpus] = line.match(/(\d+) logical CPUs reported/);
   const [, threads] = line.match(/(\d+) thread\(s\), cross-origin isolated yes/);
   if (Number(cpus) > 1) assert.ok(Number(threads) > 1, line);
+  // After the protocol, the example task's decision: by the trained head, with its confidence.
+  const decision = page.getByTestId('widget-decision');
+  assert.match(await decision.getAttribute('data-scoring'), /^head-[0-9a-f]{8}$/);
+  assert.match(await decision.textContent(), /^Decided for the example task \(\d+ tokens, balanced mode\): route to [\w.-]+, scored by the trained head head-[0-9a-f]{8}\. P\(first place stays ahead of second\) \d+ %; (sure on both counts|unsure: .+)\.$/);
   // The full bench with the same protocol, as the page's own fragment.
   assert.equal(await page.getByTestId('widget-full').getAttribute('href'), './#router&iters=5&warmup=2&precision=int8');
   await page.getByTestId('widget-share').click();
@@ -110,6 +114,7 @@ test('latency widget: Run fills the column with cold and warm figures, then link
   assert.deepEqual(await measuredCells(shared), cells);
   assert.match(await shared.getByTestId('measured-line').textContent(), /^Shared measurement \(read-only; opening it downloaded no model and ran nothing\)\. Measured browser .* on \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
   assert.equal(await shared.getByTestId('widget-share').count(), 0);
+  assert.equal(await shared.getByTestId('widget-decision').count(), 0, 'a shared report carries no decision');
   assert.match(await shared.getByTestId('widget-full').getAttribute('href'), /^\.\/#router&result=r1\./);
   await shared.waitForLoadState('networkidle');
   const fetched = server.served.slice(from);

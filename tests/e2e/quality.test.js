@@ -51,6 +51,14 @@ test('a first visitor decides a real task, then opens, shares and re-runs the qu
     assert.equal(await page.locator('[data-testid=truncation-table] tbody tr').count(), quality.truncation.reduce((n, p) => n + p.rows.length, 0));
     assert.equal(await page.locator('[data-testid=truncation-plot] svg').count(), 1);
   }
+  // The head's calibration and its doubt, out of fold, as the report has them.
+  assert.equal(await page.locator('[data-testid=calibration-row]').count(), quality.calibration.length);
+  assert.equal(quality.calibration.length, 8, 'a calibration per candidate');
+  assert.equal(await page.locator('[data-testid=reliability-plot] svg').count(), 1);
+  assert.equal(await page.locator('[data-testid=doubt-row]').count(), quality.doubt.rows.length);
+  // The published rows of other routers, with the protocol difference said.
+  assert.equal(await page.locator('[data-testid=published-row][data-router=ACRouter]').getAttribute('data-resolved'), '129.0');
+  assert.match(await page.getByTestId('published-protocol').innerText(), /trained on the dataset's in-distribution split/);
   await screenshot(page, 'router-quality');
 
   // Re-run in this browser: the first two of the newer 64, against the

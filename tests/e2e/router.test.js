@@ -128,7 +128,31 @@ test('load, decide, bench, export, compare and share on the real model', async (
   assert.deepEqual([...utilities].map(Number), [...utilities].map(Number).sort((a, b) => b - a), 'ranked by utility');
   assert.match(await text(page, 'decide-stages'), /tokenise [\d.]+ ms · truncate [\d.]+ ms · prefill [\d.]+ ms/);
   assert.match(await text(page, 'decide-result'), /tokens prefilled \(no truncation\)/);
+  // The trained head scores by default (pinned in the manifest, named in
+  // the checkpoint id): the decision says how sure it is and shows the
+  // nearest training tasks with what each backend did on them.
+  const head = MANIFEST.heads.find((h) => h.backbone_checkpoint_id === 'gguf-b179c952');
+  const headId = `head-${head.sha256.slice(0, 8)}`;
+  assert.equal(await page.getByTestId('scoring-note').getAttribute('data-head'), headId);
+  assert.match(await text(page, 'scoring-note'), /In balanced mode the trained head resolved [\d.]+ ± [\d.]+ of 176 CodeRouterBench OOD176 tasks/);
+  assert.match(facts, new RegExp(`gguf-b179c952\\+${headId}`));
+  assert.equal(await page.getByTestId('decide-scoring').getAttribute('data-scoring'), headId);
+  const p = Number(await page.getByTestId('decide-confidence').getAttribute('data-p-first-ahead'));
+  assert.ok(p >= 0.5 && p <= 1, `P(first ahead) ${p}`);
+  assert.match(await text(page, 'decide-confidence'), /nearest training task at cosine -?[\d.]+ \(threshold -?[\d.]+\)\. (Sure on both counts|Unsure: )/);
+  assert.equal(await page.locator('[data-testid=neighbour]').count(), 3);
+  await page.locator('[data-testid=decide-neighbours] summary').click();
+  assert.match(await page.locator('[data-testid=neighbour]').first().innerText(), /\(cosine [\d.]+\): .+\nresolved by .+; not by /);
+  assert.match(await text(page, 'decide-stages'), /confidence [\d.]+ ms/);
   await screenshot(page, 'router-decide');
+  // The untrained scoring stays a labelled choice, and enters the link.
+  await page.getByTestId('scoring-select').selectOption('similarity');
+  await page.waitForURL(/scoring=similarity/);
+  await page.getByTestId('decide-button').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=decide-scoring]')?.dataset.scoring === 'similarity', null, { timeout: 120_000 });
+  assert.equal(await page.getByTestId('decide-confidence').count(), 0, 'the similarity scoring has no confidence to give');
+  await page.getByTestId('scoring-select').selectOption('trained');
+  assert.ok(!page.url().includes('scoring='));
 
   // Before a run, the page says how long the protocol will take here.
   assert.match(await text(page, 'bench-estimate'), /^Estimated on this device: about [\d.]+ (ms|s|min) in all \(15 tokens: .* · 64 tokens: .*\), from the prefill speed loading showed \([\d.]+ GFLOP\/s\)/);
@@ -184,7 +208,7 @@ test('load, decide, bench, export, compare and share on the real model', async (
     // cache's lookup and insert (0 in a latency bench, which uses no cache),
     // and the prefill's projections and attention (parts of prefill_ms).
     assert.deepEqual(Object.keys(r.cold_stages).sort(), [
-      'assemble_ms', 'attention_ms', 'cost_ms', 'insert_ms', 'lookup_ms', 'mode_ms', 'prefill_ms', 'projections_ms', 'rank_ms', 'score_ms', 'stack_ms', 'tokenize_ms', 'total_ms', 'truncate_ms',
+      'assemble_ms', 'attention_ms', 'confidence_ms', 'cost_ms', 'insert_ms', 'lookup_ms', 'mode_ms', 'prefill_ms', 'projections_ms', 'rank_ms', 'score_ms', 'stack_ms', 'tokenize_ms', 'total_ms', 'truncate_ms',
     ]);
     assert.equal(r.cold_stages.lookup_ms + r.cold_stages.insert_ms, 0);
     for (const t of r.warm_stages) {

@@ -30,6 +30,15 @@ impl From<PrecisionArg> for Precision {
     }
 }
 
+/// `--scoring`: how decide scores the candidates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScoringArg {
+    /// The trained head for this checkpoint (P(resolve) per candidate), when there is one.
+    Trained,
+    /// The untrained descriptor similarity (measured below random on OOD176).
+    Similarity,
+}
+
 /// `--device`: the backbone runs on candle's CPU backend only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DeviceArg {

@@ -30,15 +30,89 @@ pub struct RouterFlags {
     /// How the projections multiply (the page's `precision=`).
     #[arg(long, value_enum, default_value_t = cli::PrecisionArg::F32)]
     pub precision: cli::PrecisionArg,
+    /// How decide scores the candidates: the trained head for this
+    /// checkpoint (its file in reports/, or --head), or the untrained
+    /// descriptor similarity.
+    #[arg(long, value_enum, default_value_t = cli::ScoringArg::Trained)]
+    pub scoring: cli::ScoringArg,
+    /// A trained head file (bench-decide --quality writes them); by default
+    /// the reports/head.*.json trained on this checkpoint.
+    #[arg(long, conflicts_with = "scoring")]
+    pub head: Option<PathBuf>,
 }
 
+/// Where the trained heads are looked for when `--head` is not given.
+pub const HEADS_DIR: &str = "reports";
+
 impl RouterFlags {
-    /// Loads the router these flags name; `router_max_tokens` comes from
-    /// ENTHALPY_ROUTER_MAX_TOKENS.
+    /// Loads the router these flags name, scoring as `--scoring` says;
+    /// `router_max_tokens` comes from ENTHALPY_ROUTER_MAX_TOKENS. Without a
+    /// head for this checkpoint it scores by similarity and says so on
+    /// stderr (with what that scoring was measured to be worth).
     pub fn load(&self) -> Result<Loaded> {
+        let mut loaded = self.load_untrained()?;
+        if self.scoring == cli::ScoringArg::Similarity {
+            return Ok(loaded);
+        }
+        // A head asked for by name must fit; the one found by default may
+        // not (other ENTHALPY_ROUTER_MAX_TOKENS), and then the router runs
+        // untrained and says why.
+        let untrained = |why: String| {
+            eprintln!(
+                "note: {why}; decide scores by the untrained descriptor similarity, which on SmolLM2-135M resolved fewer \
+                 OOD176 tasks than random picks (README, Routing quality)"
+            )
+        };
+        if let Some(path) = &self.head {
+            let bytes = read(path, "--head")?;
+            loaded.router.attach_head(&bytes, &path.display().to_string())?;
+            return Ok(loaded);
+        }
+        match find_head(Path::new(HEADS_DIR), loaded.router.backbone_checkpoint_id())? {
+            Some(path) => {
+                let bytes = read(&path, "a trained head")?;
+                if let Err(e) = loaded.router.attach_head(&bytes, &path.display().to_string()) {
+                    untrained(e.to_string());
+                }
+            }
+            None => untrained(format!(
+                "no trained head for checkpoint {} in {HEADS_DIR}/ (bench-decide --quality trains one)",
+                loaded.router.backbone_checkpoint_id()
+            )),
+        }
+        Ok(loaded)
+    }
+
+    /// Loads the router with the untrained scoring whatever `--scoring`
+    /// says: the quality study trains its own head.
+    pub fn load_untrained(&self) -> Result<Loaded> {
         let config = RouterConfig { max_tokens: max_tokens_from_env()?, precision: self.precision.into(), ..RouterConfig::default() };
         load_router(&self.checkpoint, self.tokenizer.as_deref(), &self.pool, config)
     }
+}
+
+/// The head file in `dir` (`head.*.json`) trained on `backbone`, if any.
+/// A file there that is not a head fails the load, naming it, rather than
+/// being passed over.
+pub fn find_head(dir: &Path, backbone: &str) -> Result<Option<PathBuf>> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(None) };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("head.") && n.ends_with(".json")))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let bytes = read(&path, "a trained head")?;
+        let head: serde_json::Value =
+            serde_json::from_slice(&bytes).with_context(|| format!("{}: not a trained head file", path.display()))?;
+        let Some(trained_on) = head.get("backbone_checkpoint_id").and_then(|v| v.as_str()) else {
+            bail!("{}: not a trained head file (no backbone_checkpoint_id)", path.display());
+        };
+        if trained_on == backbone {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
 }
 
 /// The generating load's flags, spelled once: `serve-generate` serves it

@@ -93,7 +93,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
         return Err(usage("--seeds 0: give at least one seed"));
     }
     let started_unix_ms = bench_cli::unix_ms_now();
-    let Loaded { mut router, checkpoint_file } = flags.load()?;
+    let Loaded { mut router, checkpoint_file } = flags.load_untrained()?;
     let models: Vec<&str> = router.pool.candidates.iter().map(|c| c.id.as_str()).collect();
     let text = |path: &Path, what: &str| -> Result<String> {
         String::from_utf8(read(path, what)?).with_context(|| format!("{what} {}: not UTF-8", path.display()))
@@ -171,7 +171,13 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
 
     // The deployable head, trained on every task, then checked by loading it.
     let trained_on = format!("{} tasks of CodeRouterBench OOD176 ({} failed runs as recorded)", data.tasks.len(), data.failed_runs());
-    let head = route::train_head(&router, &data, &routed.features, &settings, &trained_on);
+    let similarity: std::collections::BTreeMap<String, Vec<usize>> =
+        routed.modes.iter().map(|mode| (mode.clone(), similarity_choices(&data, &routed, mode))).collect();
+    let evaluation = route::evaluation(&data, &similarity, &head_cv, &settings);
+    let calibration = quality::doubt::calibration(&data, &head_cv);
+    let doubt = quality::doubt::doubt_study(&data, &head_cv);
+    let sigmas: Vec<f64> = calibration.iter().map(|c| c.p_sigma).collect();
+    let head = route::train_head(&router, &data, &routed.features, &settings, &trained_on, &sigmas, evaluation);
     let head_bytes = serde_json::to_vec_pretty(&head)?;
     if let Some(dir) = q.head_out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("--head-out {}", q.head_out.display()))?;
@@ -229,6 +235,8 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
         truncation,
         published_note: quality::PUBLISHED_NOTE.into(),
         per_task,
+        calibration,
+        doubt: Some(doubt),
     };
     let report = Report::for_study(
         bench_cli::native_environment(started_unix_ms),

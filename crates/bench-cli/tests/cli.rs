@@ -8,14 +8,19 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn bench_decide(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench-decide"));
+/// Runs one of the crate's binaries from the repository's root: exit code, stdout, stderr.
+fn run(exe: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(exe);
     cmd.current_dir(root()).args(args).env_remove("ENTHALPY_ROUTER_MAX_TOKENS");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("run bench-decide");
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {exe}: {e}"));
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn bench_decide(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    run(env!("CARGO_BIN_EXE_bench-decide"), args, env)
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -261,4 +266,69 @@ fn serve_replays_a_trace_and_keeps_every_request() {
     );
     assert_eq!(code, 1);
     assert!(stderr.contains("trace line 1: task `zzz` is not in the task file"), "{stderr}");
+}
+
+fn router_decide(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    run(env!("CARGO_BIN_EXE_router-decide"), args, env)
+}
+
+#[test]
+fn decide_scores_with_the_checkpoints_trained_head_unless_told_otherwise() {
+    let cases = tmp("cases.json");
+    std::fs::write(&cases, r#"[{"messages": [{"role": "user", "content": "Fix the failing date parser test in utils/dates.py"}]}]"#)
+        .unwrap();
+    let cases = cases.to_str().unwrap();
+    let decisions = |stdout: &str| -> Vec<router::Decision> { serde_json::from_str(stdout).expect("decisions as JSON") };
+    // By default: the head in reports/ trained on the bundled checkpoint,
+    // with the decision's confidence and its nearest training tasks.
+    let (code, stdout, stderr) = router_decide(&["--conversations", cases], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let trained = decisions(&stdout);
+    assert!(trained[0].scoring.starts_with("head-"), "{}", trained[0].scoring);
+    let confidence = trained[0].confidence.as_ref().expect("a head's decision says how sure it is");
+    assert_eq!(confidence.nearest.len(), router::head::NEAREST);
+    assert!((0.5..=1.0).contains(&confidence.p_first_ahead));
+    // The untrained scoring, asked for by name: no confidence to give.
+    let (code, stdout, stderr) = router_decide(&["--conversations", cases, "--scoring", "similarity"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let untrained = decisions(&stdout);
+    assert_eq!(untrained[0].scoring, "similarity");
+    assert!(untrained[0].confidence.is_none());
+    // The default head trained at 1,024 tokens does not fit a router that
+    // keeps 48: it runs untrained and says why on stderr.
+    let (code, stdout, stderr) = router_decide(&["--conversations", cases], &[("ENTHALPY_ROUTER_MAX_TOKENS", "48")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(decisions(&stdout)[0].scoring, "similarity");
+    assert!(stderr.contains("trained on features truncated to 1024 tokens (left), this router keeps 48 (left)"), "{stderr}");
+    assert!(stderr.contains("untrained descriptor similarity"), "{stderr}");
+    // A head named on the command line must fit: refused with the file and reason.
+    let bad = tmp("bad-head.json");
+    std::fs::write(&bad, br#"{"schema": "workbench.router-head/1"}"#).unwrap();
+    let (code, _, stderr) = router_decide(&["--conversations", cases, "--head", bad.to_str().unwrap()], &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("bad-head.json: scoring head: schema `workbench.router-head/1`"), "{stderr}");
+    // --head with --scoring similarity contradicts itself: a usage error.
+    let (code, _, stderr) = router_decide(&["--conversations", cases, "--scoring", "similarity", "--head", "x.json"], &[]);
+    assert_eq!(code, 2, "{stderr}");
+}
+
+#[test]
+fn the_sites_manifest_pins_the_heads_in_reports_by_their_digest() {
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(root().join("www/models/manifest.json")).unwrap()).unwrap();
+    let heads = manifest["heads"].as_array().expect("the manifest lists the trained heads");
+    assert!(!heads.is_empty());
+    for entry in heads {
+        let file = entry["file"].as_str().unwrap();
+        // The file the site serves is the one reports/ holds (build-site.sh copies it).
+        let bytes = std::fs::read(root().join("reports").join(file)).unwrap_or_else(|e| panic!("reports/{file}: {e}"));
+        let head = router::LoadedHead::from_json(&bytes, file).unwrap();
+        assert_eq!(head.sha256, entry["sha256"].as_str().unwrap(), "{file}: the manifest pins another digest");
+        assert_eq!(head.head.backbone_checkpoint_id, entry["backbone_checkpoint_id"].as_str().unwrap(), "{file}");
+        // And that backbone is one the manifest lists.
+        let models = manifest["models"].as_array().unwrap();
+        assert!(
+            models.iter().any(|m| format!("gguf-{}", &m["sha256"].as_str().unwrap()[..8]) == head.head.backbone_checkpoint_id),
+            "{file}: trained on a checkpoint the site does not list"
+        );
+    }
 }

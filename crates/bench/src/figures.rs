@@ -19,6 +19,7 @@ pub struct Breakdown {
     pub attention_ms: f64,
     /// Descriptor stacking and scoring.
     pub scores_ms: f64,
+    /// Cost, ranking and (with a trained head) the decision's confidence.
     pub cost_rank_ms: f64,
     /// Median of the whole calls.
     pub total_ms: f64,
@@ -40,7 +41,7 @@ impl Breakdown {
             projections_ms: median(&|t| t.projections_ms),
             attention_ms: median(&|t| t.attention_ms),
             scores_ms: median(&|t| t.stack_ms + t.score_ms),
-            cost_rank_ms: median(&|t| t.cost_ms + t.rank_ms),
+            cost_rank_ms: median(&|t| t.cost_ms + t.rank_ms + t.confidence_ms),
             total_ms: median(&|t| t.total_ms),
         }
     }

@@ -25,6 +25,9 @@ pub struct RouterForm {
     /// How the weights compute: `int8` or `f32` (`Precision::flag`);
     /// empty, the router's default.
     pub precision: String,
+    /// `similarity` asks for the untrained scoring; empty, the checkpoint's
+    /// trained head (where it has one).
+    pub scoring: String,
     /// A shared result (`r1.…`), shown read-only instead of the live bench.
     pub result: Option<String>,
 }
@@ -40,6 +43,7 @@ impl Default for RouterForm {
             warmup: "5".into(),
             lengths: "15,256,1024".into(),
             precision: String::new(),
+            scoring: String::new(),
             result: None,
         }
     }
@@ -111,6 +115,7 @@ impl RouterForm {
                 "warmup" => form.warmup = value,
                 "lengths" => form.lengths = value,
                 "precision" => form.precision = value,
+                "scoring" => form.scoring = value,
                 "result" => form.result = Some(value),
                 other => unknown.push(format!("unknown parameter `{}` in the link (ignored)", percent_decode(other))),
             }
@@ -141,6 +146,7 @@ impl RouterForm {
             ("warmup", &self.warmup, &default.warmup),
             ("lengths", &self.lengths, &default.lengths),
             ("precision", &self.precision, &default.precision),
+            ("scoring", &self.scoring, &default.scoring),
         ] {
             if value != default {
                 out.push('&');
@@ -161,6 +167,16 @@ impl RouterForm {
                 Some(p @ (router::Precision::IntegerQ8 | router::Precision::DequantizedF32)) => Ok(Some(p)),
                 _ => Err(FieldProblem { field: "precision", message: format!("`{text}` is not a precision: use int8 or f32") }),
             },
+        }
+    }
+
+    /// The scoring the link asks for: the trained head unless it says
+    /// `similarity`; anything else is an error naming the field.
+    pub fn scoring(&self) -> Result<router::ScoringChoice, FieldProblem> {
+        match self.scoring.trim() {
+            "" => Ok(router::ScoringChoice::Trained),
+            text => router::ScoringChoice::from_name(text)
+                .ok_or_else(|| FieldProblem { field: "scoring", message: format!("`{text}` is not a scoring: use trained or similarity") }),
         }
     }
 
@@ -248,6 +264,17 @@ mod tests {
         }
     }
 
+    #[test]
+    fn scoring_is_the_trained_head_unless_the_link_asks_for_similarity() {
+        assert_eq!(RouterForm::default().scoring(), Ok(router::ScoringChoice::Trained));
+        let (form, unknown) = RouterForm::from_fragment("#router&scoring=similarity");
+        assert!(unknown.is_empty());
+        assert_eq!(form.scoring(), Ok(router::ScoringChoice::Similarity));
+        assert_eq!(form.to_fragment(), "router&scoring=similarity");
+        let problem = RouterForm { scoring: "cosine".into(), ..RouterForm::default() }.scoring().unwrap_err();
+        assert_eq!((problem.field, problem.message.as_str()), ("scoring", "`cosine` is not a scoring: use trained or similarity"));
+    }
+
     /// Text biased to what a URL codec can get wrong (separators, escapes,
     /// quotes, multi-byte characters), now and then any character at all.
     #[cfg(not(target_arch = "wasm32"))]
@@ -265,9 +292,9 @@ mod tests {
         #[test]
         fn any_text_round_trips(
             mode in awkward_text(), system in awkward_text(), user in awkward_text(), iterations in awkward_text(),
-            warmup in awkward_text(), lengths in awkward_text(), precision in awkward_text(),
+            warmup in awkward_text(), lengths in awkward_text(), precision in awkward_text(), scoring in awkward_text(),
         ) {
-            let form = RouterForm { mode, system, user, iterations, warmup, lengths, precision, result: None };
+            let form = RouterForm { mode, system, user, iterations, warmup, lengths, precision, scoring, result: None };
             proptest::prop_assert_eq!(RouterForm::from_fragment(&form.to_fragment()).0, form);
         }
     }

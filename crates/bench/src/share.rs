@@ -76,8 +76,9 @@ mod tests {
     #[test]
     fn a_version_1_report_still_reads() {
         // The native report committed before version 2 (no prefix section,
-        // no cache stages in its timings).
-        let v1 = include_str!("../../../reports/router-latency.cpu.json");
+        // no cache stages in its timings), kept as a fixture when the report
+        // was rerun.
+        let v1 = include_str!("../tests/fixtures/router-latency.v1.json");
         let report: Report = parse_report(v1, "router-latency.cpu.json").unwrap();
         assert_eq!(report.schema, "workbench.router-latency/1");
         assert!(report.studies.prefix.is_none() && report.results.iter().all(|r| r.cold_stages.lookup_ms == 0.0));

@@ -39,6 +39,10 @@ fn load() -> Router {
         tokenizer: None,
         mode: None,
         precision: PrecisionArg::Int8,
+        // Named: the tests run from the crate's folder, where the default
+        // (reports/ under the working directory) is not.
+        scoring: bench_cli::cli::ScoringArg::Trained,
+        head: Some(root("reports/head.smollm2-135m.json")),
     };
     flags.load().expect("the bundled checkpoint (scripts/setup.sh fetches it)").router
 }

@@ -55,6 +55,21 @@ struct Loaded {
     /// The Decide button's prefix cache: a conversation decided again with
     /// more text prefills only what is new. Dropped with the router.
     prefix_cache: PrefixCache,
+    /// The trained head the site pins for this checkpoint, when it has one:
+    /// attached at load, kept here too so a job that scores otherwise (a
+    /// similarity decide, the quality card's routing) or rebuilds the
+    /// router (the bench's cold reload) puts it back.
+    head: Option<router::LoadedHead>,
+}
+
+impl Loaded {
+    /// Scores with the checkpoint's own head again (if it has one).
+    fn restore_head(&mut self) -> Result<(), String> {
+        match &self.head {
+            Some(head) => self.router.attach_loaded_head(head.clone(), &head.id).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The worker: its state and the message handler.
@@ -161,7 +176,7 @@ impl RouterWorker {
                 Some(file) => self.load_file(&ticket, file, &name, precision).await,
                 None => Err(format!("{name}: no file came with the message")),
             },
-            JobRequest::Decide { conversation, mode } => self.decide(&conversation, mode.as_deref()),
+            JobRequest::Decide { conversation, mode, scoring } => self.decide(&conversation, mode.as_deref(), scoring),
             JobRequest::Bench { lengths, warmup, iterations, encode_iterations, mode } => {
                 let encode_iterations = encode_iterations.unwrap_or(iterations);
                 self.bench(&ticket, Protocol { lengths, warmup, iterations, encode_iterations }, mode).await
@@ -197,11 +212,23 @@ impl RouterWorker {
         self.loaded.borrow().as_ref().map_or(RouterConfig::default().precision, |l| l.router.config().precision)
     }
 
-    fn decide(&self, conversation: &Conversation, mode: Option<&str>) -> Outcome {
+    /// One decide, with the checkpoint's head or (`Similarity`) without it;
+    /// a head's decision comes with its nearest training tasks, looked up
+    /// after decide returned (outside its timings).
+    fn decide(&self, conversation: &Conversation, mode: Option<&str>, scoring: wire::ScoringChoice) -> Outcome {
         let mut loaded = self.loaded.borrow_mut();
         let loaded = loaded.as_mut().ok_or("no model is loaded yet")?;
-        let decision = loaded.router.decide_with_cache(conversation, mode, &mut loaded.prefix_cache).map_err(|e| e.to_string())?;
+        if scoring == wire::ScoringChoice::Similarity {
+            loaded.router.detach_head();
+        }
+        let decision = loaded.router.decide_with_cache(conversation, mode, &mut loaded.prefix_cache).map_err(|e| e.to_string());
+        loaded.restore_head()?;
+        let decision = decision?;
         loaded.calls += 1;
-        Ok(Finished::complete(JobResult::Decided { decision: Box::new(decision), wasm_memory_bytes: wasm_memory_bytes() }))
+        let neighbours = match (&decision.confidence, loaded.router.head()) {
+            (Some(confidence), Some(head)) if decision.scoring == head.id => head.neighbours(&confidence.nearest),
+            _ => Vec::new(),
+        };
+        Ok(Finished::complete(JobResult::Decided { decision: Box::new(decision), neighbours, wasm_memory_bytes: wasm_memory_bytes() }))
     }
 }

@@ -5,9 +5,12 @@
 use std::rc::Rc;
 
 use bench::report::Provenance;
-use router::{CacheBudget, Precision, PrefixCache, Router, RouterAssets, RouterConfig};
+use router::{CacheBudget, LoadedHead, Precision, PrefixCache, Router, RouterAssets, RouterConfig};
 use wire::desk::{Finished, JobTicket, Outcome};
-use wire::{Concern, FromWorker, JobResult, LoadStage, Manifest, ManifestModel, ModeInfo, ModelInfo, OfferedModel, Source, StorageInfo};
+use wire::{
+    Concern, FromWorker, JobResult, LoadStage, Manifest, ManifestHead, ManifestModel, ModeInfo, ModelInfo, OfferedModel, Scoring, Source,
+    StorageInfo, UntrainedReference,
+};
 
 use crate::{io, now_ms, post, wasm_memory_bytes, Loaded, RouterWorker};
 
@@ -120,7 +123,7 @@ impl RouterWorker {
         }
         drop(chunks);
         let info = ModelInfoParts { source, read_ms, verify_ms, sha256, sha256_checked: true };
-        let model = self.install(prepared, Rc::new(bytes), &model.file, info).await;
+        let model = self.install(ticket, prepared, Rc::new(bytes), &model.file, info).await;
         // The storage figures follow on their own: awaited here, they would
         // keep the worker busy after the load ends, and a page that starts a
         // bench the moment it hears of the model (the latency widget) would
@@ -144,7 +147,7 @@ impl RouterWorker {
         let verify_ms = now_ms() - started;
         let info = ModelInfoParts { source: Source::UserFile, read_ms, verify_ms, sha256, sha256_checked: false };
         let prepared = self.prepare_router(ticket, &bytes, name, &info.sha256, precision).await?;
-        let model = self.install(prepared, Rc::new(bytes), name, info).await;
+        let model = self.install(ticket, prepared, Rc::new(bytes), name, info).await;
         Ok(Finished::complete(JobResult::Loaded(Box::new(model))))
     }
 
@@ -179,15 +182,25 @@ impl RouterWorker {
     }
 
     /// Makes a prepared (and, for a site's checkpoint, verified) router the
-    /// loaded one, keeps newly encoded descriptor vectors, and returns what
-    /// the page shows of it.
-    async fn install(&self, prepared: Prepared, bytes: Rc<Vec<u8>>, file_name: &str, parts: ModelInfoParts) -> ModelInfo {
-        let Prepared { router, keep } = prepared;
+    /// loaded one, with the trained head the site pins for it, keeps newly
+    /// encoded descriptor vectors, and returns what the page shows of it.
+    async fn install(
+        &self,
+        ticket: &JobTicket,
+        prepared: Prepared,
+        bytes: Rc<Vec<u8>>,
+        file_name: &str,
+        parts: ModelInfoParts,
+    ) -> ModelInfo {
+        let Prepared { mut router, keep } = prepared;
         if let Some((cache, url)) = keep {
             // Not keeping them only costs the next load the encoding.
             let _ = io::store_bytes(&cache, &url, &router.descriptor_cache()).await;
         }
-        let info = model_info(&router, file_name, bytes.len() as u64, parts);
+        self.load_stage(ticket, LoadStage::ReadingHead, 0, None);
+        let (scoring, head) = attach_site_head(&mut router).await;
+        let mut info = model_info(&router, file_name, bytes.len() as u64, parts);
+        info.scoring = scoring;
         *self.loaded.borrow_mut() = Some(Loaded {
             router,
             bytes,
@@ -195,9 +208,64 @@ impl RouterWorker {
             info: info.clone(),
             calls: 0,
             prefix_cache: PrefixCache::new(CacheBudget::default()),
+            head,
         });
         info
     }
+}
+
+/// Attaches the trained head the site's manifest pins for this router's
+/// checkpoint (fetched, its SHA-256 checked against the pin, then checked
+/// against the router as any head is). Without one, or when any of that
+/// fails, the router scores by similarity and the answer says why, with
+/// what that scoring was measured to be worth on the site's first backbone
+/// that has a head.
+async fn attach_site_head(router: &mut Router) -> (Scoring, Option<LoadedHead>) {
+    let manifest = match manifest().await {
+        Ok(manifest) => manifest,
+        Err(reason) => return (Scoring::Untrained { reason, reference: None }, None),
+    };
+    let backbone = router.backbone_checkpoint_id().to_string();
+    let untrained = |reason: String| async {
+        let reference = match manifest.heads.first() {
+            Some(entry) => fetch_head(entry)
+                .await
+                .ok()
+                .map(|head| Box::new(UntrainedReference { backbone: entry.backbone.clone(), evaluation: head.head.evaluation })),
+            None => None,
+        };
+        (Scoring::Untrained { reason, reference }, None)
+    };
+    let Some(entry) = manifest.head_for(&backbone) else {
+        return untrained(format!("the site serves no trained head for checkpoint {backbone}")).await;
+    };
+    let head = match fetch_head(entry).await {
+        Ok(head) => head,
+        Err(reason) => return untrained(reason).await,
+    };
+    if let Err(e) = router.attach_loaded_head(head.clone(), &entry.file) {
+        return untrained(e.to_string()).await;
+    }
+    let scoring = Scoring::Trained {
+        head_id: head.id.clone(),
+        file: entry.file.clone(),
+        trained_on: head.head.trained_on.clone(),
+        evaluation: Box::new(head.head.evaluation.clone()),
+    };
+    (scoring, Some(head))
+}
+
+/// A head file the manifest lists, read only if its bytes are the pinned ones.
+async fn fetch_head(entry: &ManifestHead) -> Result<LoadedHead, String> {
+    let text = io::fetch_text(&io::site_url(&entry.file)).await?;
+    let sha256 = io::sha256_hex(text.as_bytes()).await?;
+    if sha256 != entry.sha256 {
+        return Err(format!(
+            "{}: SHA-256 {sha256} does not match the manifest's pinned {}; the head was not used",
+            entry.file, entry.sha256
+        ));
+    }
+    LoadedHead::from_json(text.as_bytes(), &entry.file).map_err(|e| e.to_string())
 }
 
 /// The parts of [`ModelInfo`] known before the router is built.
@@ -251,6 +319,7 @@ fn model_info(router: &Router, file_name: &str, bytes: u64, parts: ModelInfoPart
             .collect(),
         default_mode: router.pool.default_mode.clone(),
         candidates: router.pool.candidates.iter().map(|c| c.id.clone()).collect(),
+        scoring: Scoring::default(),
     }
 }
 
@@ -259,7 +328,7 @@ pub(crate) async fn storage_info() -> StorageInfo {
         Ok((usage, quota)) => (Some(usage).filter(|v| v.is_finite()), Some(quota).filter(|v| v.is_finite()), String::new()),
         Err(e) => (None, None, e),
     };
-    let manifest = manifest().await.unwrap_or(Manifest { models: Vec::new() });
+    let manifest = manifest().await.unwrap_or(Manifest { models: Vec::new(), heads: Vec::new() });
     let cache = io::open_cache().await;
     if let Err(e) = &cache {
         note = e.clone();

@@ -47,12 +47,15 @@ impl RouterWorker {
 
     /// Routes tasks one at a time with a yield between (the quality
     /// card's in-browser evaluation), through the same `route_task` the
-    /// native study uses. The router is left without a head.
+    /// native study uses. The checkpoint's own head scores again after.
     pub(crate) async fn route_tasks(&self, ticket: &JobTicket, tasks: Vec<wire::TaskPrompt>, head_json: Option<String>) -> Outcome {
         let mut loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
         let outcome = self.route_tasks_with(ticket, &mut loaded, tasks, head_json).await;
-        loaded.router.detach_head();
+        // Routing leaves the router without a head; the checkpoint's own
+        // scores the next decide again.
+        let restored = loaded.restore_head();
         *self.loaded.borrow_mut() = Some(loaded);
+        restored?;
         outcome
     }
 
@@ -257,6 +260,7 @@ impl RouterWorker {
             let router = build_router(&loaded.bytes, &loaded.file_name, &loaded.info.sha256, precision, None, &mut |_, _, _| {})?;
             loaded.info.load = router.load_timings;
             loaded.router = router;
+            loaded.restore_head()?;
             loaded.prefix_cache.clear();
             self.progress(ticket, JobProgress::Reloaded(Box::new(loaded.info.clone())));
         }

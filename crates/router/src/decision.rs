@@ -2,6 +2,8 @@
 //! without the engine, so the page can show decisions and reports without
 //! linking candle.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Load-time costs, timed apart from any decision.
@@ -80,15 +82,20 @@ pub struct StageTimings {
     /// copy, the activation and residual adds.
     #[serde(default)]
     pub attention_ms: f64,
+    /// A trained head's confidence: the first two utilities against their
+    /// spread, and the cosine to every training task.
+    #[serde(default)]
+    pub confidence_ms: f64,
     /// The whole call, end to end.
     pub total_ms: f64,
 }
 
 impl StageTimings {
     /// The microbenchmark's boundary inside a decide (`encode_and_score`):
-    /// the whole call less mode resolution, assembly, cost and ranking.
+    /// the whole call less mode resolution, assembly, cost, ranking and
+    /// the confidence after it.
     pub fn encode_and_score_ms(&self) -> f64 {
-        self.total_ms - self.mode_ms - self.assemble_ms - self.cost_ms - self.rank_ms
+        self.total_ms - self.mode_ms - self.assemble_ms - self.cost_ms - self.rank_ms - self.confidence_ms
     }
 }
 
@@ -125,6 +132,193 @@ pub struct Decision {
     /// What a prefix cache gave, when the call used one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<PrefixReuse>,
+    /// How far to trust the first place: given when a trained head scores
+    /// (the similarity scoring has no measured uncertainty to give).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<Confidence>,
+}
+
+/// How sure a trained head's decision is, and why it may not be.
+///
+/// Two reasons to doubt, each measured on the head's training data:
+/// a *close call*, when the first two utilities differ by less than their
+/// uncertainty (the head's P(resolve) for a candidate moves by `sigma`
+/// between fits on different training folds, so two utilities closer than
+/// `√(σ₁² + σ₂²)` could swap with other training data); and a task
+/// *unlike the training tasks*, when even the nearest of them is less
+/// similar (cosine of the standardised features the head reads) than the
+/// training tasks are to their own nearest neighbours at the head's stated
+/// percentile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Confidence {
+    /// First place's utility less second place's.
+    pub margin: f64,
+    /// `√(σ_first² + σ_second²)`: the spread of that difference.
+    pub margin_sigma: f64,
+    /// P(first place stays ahead of second) under a normal spread:
+    /// `Φ(margin ÷ margin_sigma)`.
+    pub p_first_ahead: f64,
+    pub close_call: bool,
+    /// The cosine to the nearest training task, and the threshold below
+    /// which a task counts as unlike them.
+    pub nearest_similarity: f64,
+    pub novelty_threshold: f64,
+    pub unlike_training: bool,
+    /// The most similar training tasks (their indices in the head's
+    /// training set) and their cosines, most similar first: what
+    /// `LoadedHead::neighbours` explains on request.
+    pub nearest: Vec<(usize, f64)>,
+}
+
+impl Confidence {
+    /// Either reason to doubt.
+    pub fn unsure(&self) -> bool {
+        self.close_call || self.unlike_training
+    }
+
+    /// The reasons in words, for a flag's tooltip or a report line.
+    pub fn reasons(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.close_call {
+            out.push(format!(
+                "close call: the first two utilities differ by {:.3}, within their uncertainty ({:.3})",
+                self.margin, self.margin_sigma
+            ));
+        }
+        if self.unlike_training {
+            out.push(format!(
+                "unlike the training tasks: the nearest is at cosine {:.2}, below {:.2}",
+                self.nearest_similarity, self.novelty_threshold
+            ));
+        }
+        out
+    }
+}
+
+/// A training task shown to explain a decision: what the backends did on
+/// it, as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Neighbour {
+    /// The task's id in the dataset (it names the benchmark; shown, never
+    /// a feature).
+    pub task: String,
+    /// The start of its prompt.
+    pub excerpt: String,
+    pub similarity: f64,
+    /// Per candidate, in pool order: resolved, and the recorded cost (USD).
+    pub outcomes: Vec<NeighbourOutcome>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NeighbourOutcome {
+    pub candidate: String,
+    pub resolved: bool,
+    pub cost_usd: f64,
+}
+
+/// What a trained head's study measured (stored in the head file), for a
+/// page or report to state beside a decision, or, when no head fits the
+/// loaded checkpoint, to say what the untrained scoring is worth.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadEvaluation {
+    /// e.g. `CodeRouterBench OOD176`.
+    pub dataset: String,
+    pub tasks: usize,
+    /// e.g. `5-fold cross-validation × 5 seeds`.
+    pub protocol: String,
+    /// Random picks' mean resolved count.
+    pub random_resolved: f64,
+    /// The single backend that resolves the most, with its count and cost.
+    pub best_single: String,
+    pub best_single_resolved: f64,
+    pub best_single_cost_usd: f64,
+    /// Per mode: the untrained similarity scoring's resolved count, and the
+    /// head's cross-validated mean, spread and cost.
+    pub similarity_resolved: BTreeMap<String, f64>,
+    pub head_resolved: BTreeMap<String, f64>,
+    pub head_resolved_std: BTreeMap<String, f64>,
+    pub head_cost_usd: BTreeMap<String, f64>,
+}
+
+impl HeadEvaluation {
+    /// What the untrained scoring is worth in `mode`, in one sentence.
+    pub fn untrained_sentence(&self, backbone: &str, mode: &str) -> String {
+        match (self.similarity_resolved.get(mode), self.head_resolved.get(mode)) {
+            (Some(similarity), Some(head)) => format!(
+                "On {backbone}, the untrained similarity scoring resolved {similarity:.0} of {} {} tasks in {mode} mode \
+                 ({} random picks' {:.1}); the trained head resolves {head:.1} ± {:.1} ({}).",
+                self.tasks,
+                self.dataset,
+                if *similarity < self.random_resolved { "fewer than" } else { "against" },
+                self.random_resolved,
+                self.head_resolved_std.get(mode).copied().unwrap_or(0.0),
+                self.protocol
+            ),
+            _ => format!("The untrained similarity scoring has no measurement in {mode} mode."),
+        }
+    }
+
+    /// What the trained head is worth in `mode`, against the best single
+    /// backend, in one sentence that says plainly where it falls short.
+    pub fn trained_sentence(&self, mode: &str) -> String {
+        let (Some(&resolved), Some(&cost)) = (self.head_resolved.get(mode), self.head_cost_usd.get(mode)) else {
+            return format!("The trained head has no measurement in {mode} mode.");
+        };
+        let std = self.head_resolved_std.get(mode).copied().unwrap_or(0.0);
+        let (best, best_resolved, best_cost) = (&self.best_single, self.best_single_resolved, self.best_single_cost_usd);
+        let against = if resolved + std < best_resolved {
+            format!("fewer than always {best} ({best_resolved:.0} at ${best_cost:.2})")
+        } else if cost <= best_cost / 2.0 {
+            format!("as many as always {best} ({best_resolved:.0}) at under half its ${best_cost:.2}")
+        } else if cost <= best_cost {
+            format!("as many as always {best} ({best_resolved:.0}) at less than its ${best_cost:.2}, though not under half")
+        } else {
+            format!("as many as always {best} ({best_resolved:.0}) but at {:.1}× its ${best_cost:.2}", cost / best_cost.max(1e-9))
+        };
+        format!(
+            "In {mode} mode the trained head resolved {resolved:.1} ± {std:.1} of {} {} tasks at ${cost:.2} ({}): {against}; random picks resolve {:.1}.",
+            self.tasks, self.dataset, self.protocol, self.random_resolved
+        )
+    }
+}
+
+/// Which scoring a decide uses: the loaded checkpoint's trained head (when
+/// it has one), or the untrained descriptor similarity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoringChoice {
+    #[default]
+    Trained,
+    Similarity,
+}
+
+impl ScoringChoice {
+    pub fn is_trained(&self) -> bool {
+        *self == ScoringChoice::Trained
+    }
+
+    /// As the page's link spells it (`scoring=similarity`; the trained
+    /// head is the default and is left out).
+    pub fn name(self) -> &'static str {
+        match self {
+            ScoringChoice::Trained => "trained",
+            ScoringChoice::Similarity => "similarity",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ScoringChoice> {
+        match name {
+            "trained" => Some(ScoringChoice::Trained),
+            "similarity" => Some(ScoringChoice::Similarity),
+            _ => None,
+        }
+    }
+}
+
+/// The standard normal distribution function, by `libm`'s `erfc`.
+pub fn normal_cdf(z: f64) -> f64 {
+    0.5 * libm::erfc(-z / std::f64::consts::SQRT_2)
 }
 
 /// Ranks candidates (in pool order: `ids`, `scores`, `cosines`, `costs`)
@@ -332,6 +526,64 @@ mod tests {
         }
         assert_eq!(rank(&ids, &scores, &[], &costs, 0.0)[0].id, "a");
         assert_eq!(rank(&ids, &scores, &[], &costs, 1.0)[0].id, "c");
+    }
+
+    fn evaluation(head_resolved: f64, head_cost: f64) -> HeadEvaluation {
+        let mode = |v: f64| [("balanced".to_string(), v)].into_iter().collect();
+        HeadEvaluation {
+            dataset: "OOD176".into(),
+            tasks: 176,
+            protocol: "5-fold CV".into(),
+            random_resolved: 72.8,
+            best_single: "gpt-5.4".into(),
+            best_single_resolved: 113.0,
+            best_single_cost_usd: 18.27,
+            similarity_resolved: mode(58.0),
+            head_resolved: mode(head_resolved),
+            head_resolved_std: mode(3.5),
+            head_cost_usd: mode(head_cost),
+        }
+    }
+
+    #[test]
+    fn the_studys_sentences_say_plainly_where_the_head_falls_short() {
+        let said = |resolved, cost| evaluation(resolved, cost).trained_sentence("balanced");
+        assert!(said(114.6, 59.68).ends_with("as many as always gpt-5.4 (113) but at 3.3× its $18.27; random picks resolve 72.8."));
+        assert!(said(114.6, 9.0).contains("as many as always gpt-5.4 (113) at under half its $18.27"));
+        assert!(said(114.6, 12.0).contains("at less than its $18.27, though not under half"));
+        assert!(said(100.0, 9.0).contains("fewer than always gpt-5.4 (113 at $18.27)"));
+        assert_eq!(evaluation(1.0, 1.0).trained_sentence("economy"), "The trained head has no measurement in economy mode.");
+        let untrained = evaluation(114.6, 59.68).untrained_sentence("SmolLM2", "balanced");
+        assert!(untrained.starts_with(
+            "On SmolLM2, the untrained similarity scoring resolved 58 of 176 OOD176 tasks in balanced mode (fewer than random picks' 72.8)"
+        ));
+    }
+
+    #[test]
+    fn confidence_names_its_reasons_and_the_normal_cdf_is_right() {
+        assert!((normal_cdf(0.0) - 0.5).abs() < 1e-15);
+        assert!((normal_cdf(1.0) - 0.841_344_746).abs() < 1e-9);
+        assert!((normal_cdf(-1.959_963_985) - 0.025).abs() < 1e-9);
+        let sure = Confidence {
+            margin: 0.3,
+            margin_sigma: 0.1,
+            p_first_ahead: normal_cdf(3.0),
+            close_call: false,
+            nearest_similarity: 0.6,
+            novelty_threshold: 0.4,
+            unlike_training: false,
+            nearest: vec![(4, 0.6)],
+        };
+        assert!(!sure.unsure() && sure.reasons().is_empty());
+        let doubtful = Confidence { margin: 0.05, close_call: true, nearest_similarity: 0.3, unlike_training: true, ..sure };
+        assert!(doubtful.unsure());
+        assert_eq!(
+            doubtful.reasons(),
+            [
+                "close call: the first two utilities differ by 0.050, within their uncertainty (0.100)",
+                "unlike the training tasks: the nearest is at cosine 0.30, below 0.40"
+            ]
+        );
     }
 }
 

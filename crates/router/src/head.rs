@@ -4,6 +4,14 @@
 //! `P(resolve) − λ × cost / (most expensive candidate's cost)`, with the
 //! costs and each mode's λ stored in the head.
 //!
+//! A head also carries what a user needs to doubt it: each candidate's
+//! measured uncertainty (how far its P(resolve) moves between fits on other
+//! training folds), its training tasks' standardised features (8 bits a
+//! value) with what every backend did on them, so a decision can say how
+//! like the training tasks it is and show the nearest ones, and the study's
+//! figures (what the head and the untrained scoring resolve) for the page
+//! to state.
+//!
 //! A head is a JSON file the caller hands over as bytes; its SHA-256 becomes
 //! part of the router's checkpoint id, so a report always names the head its
 //! decisions came from. Training lives in `bench::quality` (natively); this
@@ -11,14 +19,19 @@
 
 use std::collections::BTreeMap;
 
+use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::decision::{Pooling, TruncationSide};
+pub use crate::decision::HeadEvaluation;
+use crate::decision::{normal_cdf, Confidence, Neighbour, NeighbourOutcome, Pooling, Ranked, TruncationSide};
 use crate::error::{Result, RouterError};
 
 /// Schema of the head file. Bump on any incompatible change.
-pub const HEAD_SCHEMA: &str = "workbench.router-head/1";
+pub const HEAD_SCHEMA: &str = "workbench.router-head/2";
+
+/// How many training tasks a decision names as its nearest.
+pub const NEAREST: usize = 3;
 
 /// One candidate's logistic model, in the raw pooled feature space (any
 /// standardisation used in training is folded into the weights).
@@ -31,6 +44,42 @@ pub struct HeadCandidate {
     /// The candidate's mean recorded cost per task on the training data
     /// (USD): the cost a mode's λ weighs.
     pub mean_cost_usd: f64,
+    /// How far this candidate's P(resolve) moves with the training data:
+    /// the root mean square, over the training tasks, of the standard
+    /// deviation of their out-of-fold P(resolve) across the study's seeds.
+    pub p_sigma: f64,
+}
+
+/// One training task: what each backend did on it, as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingTask {
+    pub id: String,
+    /// The start of its prompt.
+    pub excerpt: String,
+    /// Per candidate, in the head's order.
+    pub resolved: Vec<bool>,
+    pub cost_usd: Vec<f64>,
+}
+
+/// The training tasks as the head saw them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingSet {
+    /// The pooled features' standardisation (the training tasks' mean and
+    /// standard deviation per dimension).
+    pub mean: Vec<f32>,
+    pub scale: Vec<f32>,
+    /// A task is unlike the training tasks when its nearest one is less
+    /// similar than `novelty_percentile` % of the training tasks are to
+    /// their own nearest (leave one out): that cosine.
+    pub novelty_percentile: f64,
+    pub novelty_threshold: f64,
+    pub tasks: Vec<TrainingTask>,
+    /// Each task's standardised features, row after row, as signed bytes
+    /// (`value = byte × feature_scales[row]`), in standard base64.
+    pub features_i8: String,
+    pub feature_scales: Vec<f32>,
 }
 
 /// A trained head as stored.
@@ -50,6 +99,8 @@ pub struct Head {
     pub candidates: Vec<HeadCandidate>,
     /// What it was trained on and how its settings were chosen, for reports.
     pub trained_on: String,
+    pub evaluation: HeadEvaluation,
+    pub training: TrainingSet,
 }
 
 /// A head read from bytes, with the digest that names it.
@@ -58,32 +109,59 @@ pub struct LoadedHead {
     pub head: Head,
     /// `head-` and the first 8 hex digits of the file's SHA-256.
     pub id: String,
+    /// The file's whole SHA-256 (what a site's manifest pins).
+    pub sha256: String,
+    /// The training tasks' standardised features, each row scaled to unit
+    /// length (`[tasks × hidden]`): a dot product is a cosine.
+    unit_rows: Vec<f32>,
+}
+
+fn finite(values: &[f32]) -> bool {
+    values.iter().all(|v| v.is_finite())
 }
 
 impl LoadedHead {
     /// Parses a head file; `file` names it in errors.
     pub fn from_json(bytes: &[u8], file: &str) -> Result<LoadedHead> {
         let bad = |reason: String| RouterError::Head { file: file.to_string(), reason };
-        let head: Head = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        if head.schema != HEAD_SCHEMA {
-            return Err(bad(format!("schema `{}`, expected `{HEAD_SCHEMA}`", head.schema)));
+        // The schema first, so a file of another version says so rather
+        // than naming the first field it lacks.
+        #[derive(Deserialize)]
+        struct Schema {
+            schema: String,
         }
+        let schema: Schema = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        if schema.schema != HEAD_SCHEMA {
+            return Err(bad(format!("schema `{}`, expected `{HEAD_SCHEMA}`", schema.schema)));
+        }
+        let head: Head = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
         if head.candidates.is_empty() {
             return Err(bad("no candidates".into()));
+        }
+        if head.hidden == 0 {
+            return Err(bad("hidden size 0".into()));
         }
         for c in &head.candidates {
             if c.weights.len() != head.hidden {
                 return Err(bad(format!("candidate `{}` has {} weights for hidden size {}", c.id, c.weights.len(), head.hidden)));
             }
-            if !c.bias.is_finite() || c.weights.iter().any(|w| !w.is_finite()) || !(c.mean_cost_usd.is_finite() && c.mean_cost_usd >= 0.0) {
-                return Err(bad(format!("candidate `{}` has a weight, bias or cost that is not a finite number", c.id)));
+            let numbers_ok = c.bias.is_finite()
+                && finite(&c.weights)
+                && c.mean_cost_usd.is_finite()
+                && c.mean_cost_usd >= 0.0
+                && c.p_sigma.is_finite()
+                && c.p_sigma >= 0.0;
+            if !numbers_ok {
+                return Err(bad(format!("candidate `{}` has a weight, bias, cost or spread that is not a finite number ≥ 0", c.id)));
             }
         }
         if let Some((mode, _)) = head.modes.iter().find(|(_, l)| !(l.is_finite() && **l >= 0.0)) {
             return Err(bad(format!("mode `{mode}`: λ must be a finite number ≥ 0")));
         }
-        let id = format!("head-{}", &crate::gguf::hex(&Sha256::digest(bytes))[..8]);
-        Ok(LoadedHead { head, id })
+        let unit_rows = unit_rows(&head).map_err(|reason| bad(format!("training set: {reason}")))?;
+        let sha256 = crate::gguf::hex(&Sha256::digest(bytes));
+        let id = format!("head-{}", &sha256[..8]);
+        Ok(LoadedHead { head, id, sha256, unit_rows })
     }
 
     /// Checks the head fits a backbone of `hidden` width and a pool whose
@@ -114,4 +192,130 @@ impl LoadedHead {
             })
             .collect()
     }
+
+    /// The cosine of `features` (the pooling the head reads) to every
+    /// training task, in the training set's order.
+    pub fn similarities(&self, features: &[f32]) -> Vec<f64> {
+        let t = &self.head.training;
+        let z: Vec<f64> = features.iter().zip(&t.mean).zip(&t.scale).map(|((&x, &m), &s)| (x as f64 - m as f64) / s as f64).collect();
+        let norm = z.iter().map(|v| v * v).sum::<f64>().sqrt();
+        if norm == 0.0 || !norm.is_finite() {
+            return vec![0.0; t.tasks.len()];
+        }
+        self.unit_rows
+            .chunks_exact(self.head.hidden)
+            .map(|row| row.iter().zip(&z).map(|(&r, v)| r as f64 * v).sum::<f64>() / norm)
+            .collect()
+    }
+
+    /// How sure the ranking `ranked` (this head's, for `features`) is: the
+    /// first two utilities against their spread, and the nearest training
+    /// tasks against the novelty threshold.
+    pub fn confidence(&self, features: &[f32], ranked: &[Ranked]) -> Confidence {
+        let sigma = |id: &str| self.head.candidates.iter().find(|c| c.id == id).map_or(0.0, |c| c.p_sigma);
+        let (margin, margin_sigma) = match ranked {
+            [first, second, ..] => (first.utility - second.utility, (sigma(&first.id).powi(2) + sigma(&second.id).powi(2)).sqrt()),
+            _ => (f64::INFINITY, 0.0),
+        };
+        let p_first_ahead = if margin_sigma > 0.0 { normal_cdf(margin / margin_sigma) } else { 1.0 };
+        let similarities = self.similarities(features);
+        let mut nearest: Vec<(usize, f64)> = similarities.into_iter().enumerate().collect();
+        nearest.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        nearest.truncate(NEAREST);
+        let nearest_similarity = nearest.first().map_or(0.0, |n| n.1);
+        let threshold = self.head.training.novelty_threshold;
+        Confidence {
+            margin,
+            margin_sigma,
+            p_first_ahead,
+            close_call: margin < margin_sigma,
+            nearest_similarity,
+            novelty_threshold: threshold,
+            unlike_training: nearest_similarity < threshold,
+            nearest,
+        }
+    }
+
+    /// The training tasks a confidence names, with what every backend did
+    /// on them (an index outside the set is skipped).
+    pub fn neighbours(&self, nearest: &[(usize, f64)]) -> Vec<Neighbour> {
+        nearest
+            .iter()
+            .filter_map(|&(i, similarity)| {
+                let task = self.head.training.tasks.get(i)?;
+                Some(Neighbour {
+                    task: task.id.clone(),
+                    excerpt: task.excerpt.clone(),
+                    similarity,
+                    outcomes: self
+                        .head
+                        .candidates
+                        .iter()
+                        .zip(task.resolved.iter().zip(&task.cost_usd))
+                        .map(|(c, (&resolved, &cost_usd))| NeighbourOutcome { candidate: c.id.clone(), resolved, cost_usd })
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Decodes and checks the training set, and scales its rows to unit length.
+fn unit_rows(head: &Head) -> std::result::Result<Vec<f32>, String> {
+    let t = &head.training;
+    let (n, d, k) = (t.tasks.len(), head.hidden, head.candidates.len());
+    if t.mean.len() != d || t.scale.len() != d {
+        return Err(format!("{} means and {} scales for hidden size {d}", t.mean.len(), t.scale.len()));
+    }
+    if !finite(&t.mean) || t.scale.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+        return Err("a mean that is not finite or a scale that is not a positive finite number".into());
+    }
+    if !(t.novelty_percentile > 0.0 && t.novelty_percentile < 100.0 && (-1.0..=1.0).contains(&t.novelty_threshold)) {
+        return Err(format!(
+            "novelty percentile {} must lie in (0, 100) and its threshold {} in [-1, 1]",
+            t.novelty_percentile, t.novelty_threshold
+        ));
+    }
+    if let Some(task) = t.tasks.iter().find(|task| task.resolved.len() != k || task.cost_usd.len() != k) {
+        return Err(format!(
+            "task `{}` has {} outcomes and {} costs for {k} candidates",
+            task.id,
+            task.resolved.len(),
+            task.cost_usd.len()
+        ));
+    }
+    if t.tasks.iter().any(|task| task.cost_usd.iter().any(|c| !(c.is_finite() && *c >= 0.0))) {
+        return Err("a cost that is not a finite number ≥ 0".into());
+    }
+    let bytes = base64::engine::general_purpose::STANDARD.decode(&t.features_i8).map_err(|e| format!("features_i8: {e}"))?;
+    if bytes.len() != n * d || t.feature_scales.len() != n {
+        return Err(format!("{} feature bytes and {} row scales for {n} tasks × {d} features", bytes.len(), t.feature_scales.len()));
+    }
+    if !finite(&t.feature_scales) {
+        return Err("a row scale that is not finite".into());
+    }
+    let mut rows: Vec<f32> = bytes.iter().map(|&b| b as i8 as f32).collect();
+    for row in rows.chunks_exact_mut(d.max(1)) {
+        // The row's scale cancels in a cosine: only its direction is kept.
+        let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            row.iter_mut().for_each(|v| *v /= norm);
+        }
+    }
+    Ok(rows)
+}
+
+/// Quantizes standardised rows the way [`TrainingSet::features_i8`] stores
+/// them: each row to signed bytes on its own scale (largest magnitude →
+/// 127). Returns the base64 text and the row scales.
+pub fn quantize_rows(rows: &[Vec<f64>]) -> (String, Vec<f32>) {
+    let mut bytes = Vec::with_capacity(rows.iter().map(Vec::len).sum());
+    let mut scales = Vec::with_capacity(rows.len());
+    for row in rows {
+        let largest = row.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
+        bytes.extend(row.iter().map(|v| (v / scale).round().clamp(-127.0, 127.0) as i8 as u8));
+        scales.push(scale as f32);
+    }
+    (base64::engine::general_purpose::STANDARD.encode(bytes), scales)
 }

@@ -59,8 +59,8 @@ pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role, TurnLayout};
 pub use decision::{
-    rank, top_index, BuildStage, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, Pooling, Precision, PrefixReuse, Ranked,
-    Scores, StageTimings, TruncationSide,
+    normal_cdf, rank, top_index, BuildStage, Confidence, Decision, FlopModel, GemmProbe, HeadEvaluation, LoadTimings, Neighbour,
+    NeighbourOutcome, PooledFeatures, Pooling, Precision, PrefixReuse, Ranked, Scores, ScoringChoice, StageTimings, TruncationSide,
 };
 #[cfg(feature = "engine")]
 pub use error::{Result, RouterError};

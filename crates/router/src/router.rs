@@ -578,10 +578,11 @@ impl Router {
         Ok(())
     }
 
-    /// Scores by descriptor similarity again (the untrained scoring).
-    pub fn detach_head(&mut self) {
-        self.head = None;
+    /// Scores by descriptor similarity again (the untrained scoring),
+    /// handing back the head that scored until now.
+    pub fn detach_head(&mut self) -> Option<LoadedHead> {
         self.checkpoint_id = self.backbone_checkpoint_id.clone();
+        self.head.take()
     }
 
     fn decide_in(
@@ -696,8 +697,12 @@ impl Router {
         let ids: Vec<&str> = self.pool.candidates.iter().map(|c| c.id.as_str()).collect();
         let ranked = crate::decision::rank(&ids, &scores.scores, &scores.cosines, &costs, job.cost_weight);
         t.rank_ms = elapsed_ms(started);
+        let started = Instant::now();
+        let confidence = self.head.as_ref().map(|head| head.confidence(pooled.get(head.head.pooling), &ranked));
+        t.confidence_ms = elapsed_ms(started);
         let scoring = self.head.as_ref().map_or_else(|| "similarity".to_string(), |h| h.id.clone());
         let decision = Decision {
+            confidence,
             scoring,
             mode: job.mode,
             cost_weight: job.cost_weight,

@@ -4,7 +4,7 @@
 
 mod common;
 
-use router::head::{Head, HeadCandidate, HEAD_SCHEMA};
+use router::head::{quantize_rows, Head, HeadCandidate, HeadEvaluation, TrainingSet, TrainingTask, HEAD_SCHEMA};
 use router::{Conversation, Pooling, Router, RouterConfig, TruncationSide};
 
 fn router(config: RouterConfig) -> Router {
@@ -45,9 +45,36 @@ fn head_for(r: &Router, favourite: usize) -> Head {
                 weights: (0..hidden).map(|j| if j == 0 { 0.5 } else { 0.0 }).collect(),
                 bias: if i == favourite { 3.0 } else { -1.0 },
                 mean_cost_usd: 0.1 + i as f64,
+                p_sigma: 0.0,
             })
             .collect(),
         trained_on: "a test".into(),
+        evaluation: HeadEvaluation::default(),
+        training: training_set(r, &[vec![1.0; hidden]], 0.5),
+    }
+}
+
+/// A training set of these rows of last-token features (the head's
+/// pooling), unstandardised (mean 0, scale 1), with a novelty threshold.
+fn training_set(r: &Router, rows: &[Vec<f32>], threshold: f64) -> TrainingSet {
+    let hidden = r.backbone.hparams.hidden;
+    let k = r.pool.candidates.len();
+    let (features_i8, feature_scales) = quantize_rows(&rows.iter().map(|row| row.iter().map(|&v| v as f64).collect()).collect::<Vec<_>>());
+    TrainingSet {
+        mean: vec![0.0; hidden],
+        scale: vec![1.0; hidden],
+        novelty_percentile: 5.0,
+        novelty_threshold: threshold,
+        tasks: (0..rows.len())
+            .map(|i| TrainingTask {
+                id: format!("task-{i}"),
+                excerpt: format!("training task {i}"),
+                resolved: (0..k).map(|c| c == i % k).collect(),
+                cost_usd: (0..k).map(|c| c as f64 / 10.0).collect(),
+            })
+            .collect(),
+        features_i8,
+        feature_scales,
     }
 }
 
@@ -110,9 +137,37 @@ fn a_head_that_does_not_fit_is_refused_with_the_reason() {
         (Head { hidden: 7, ..good.clone() }, "hidden size"),
         (Head { backbone_checkpoint_id: "gguf-00000000".into(), ..good.clone() }, "trained on checkpoint gguf-00000000"),
         (Head { router_max_tokens: 256, ..good.clone() }, "truncated to 256 tokens"),
-        (Head { candidates: good.candidates[1..].to_vec(), ..good.clone() }, "differ from the pool's"),
+        (
+            Head {
+                candidates: good.candidates[1..].to_vec(),
+                training: TrainingSet {
+                    tasks: good
+                        .training
+                        .tasks
+                        .iter()
+                        .map(|t| TrainingTask { resolved: t.resolved[1..].to_vec(), cost_usd: t.cost_usd[1..].to_vec(), ..t.clone() })
+                        .collect(),
+                    ..good.training.clone()
+                },
+                ..good.clone()
+            },
+            "differ from the pool's",
+        ),
         (Head { schema: "other/1".into(), ..good.clone() }, "schema `other/1`"),
         (Head { modes: Default::default(), ..good.clone() }, "no λ for the pool's mode"),
+        (
+            Head { training: TrainingSet { feature_scales: vec![], ..good.training.clone() }, ..good.clone() },
+            "training set: 576 feature bytes and 0 row scales for 1 tasks × 576 features",
+        ),
+        (
+            Head { training: TrainingSet { features_i8: "not base64!".into(), ..good.training.clone() }, ..good.clone() },
+            "training set: features_i8:",
+        ),
+        (Head { training: TrainingSet { novelty_threshold: 2.0, ..good.training.clone() }, ..good.clone() }, "threshold 2 in [-1, 1]"),
+        (
+            Head { training: TrainingSet { scale: vec![0.0; good.hidden], ..good.training.clone() }, ..good.clone() },
+            "a scale that is not a positive finite number",
+        ),
     ];
     for (head, expected) in cases {
         let err = r.attach_head(&serde_json::to_vec(&head).unwrap(), "head.json").unwrap_err().to_string();
@@ -121,4 +176,60 @@ fn a_head_that_does_not_fit_is_refused_with_the_reason() {
     }
     let err = r.attach_head(b"{ not json", "head.json").unwrap_err().to_string();
     assert!(err.starts_with("head.json: scoring head:"), "{err}");
+    // A head of the former schema says which it is, not which field it lacks.
+    let err = r.attach_head(br#"{"schema": "workbench.router-head/1", "hidden": 576}"#, "old.json").unwrap_err().to_string();
+    assert!(err.contains("schema `workbench.router-head/1`, expected `workbench.router-head/2`"), "{err}");
+}
+
+#[test]
+fn a_decision_says_how_sure_it_is_and_which_training_tasks_are_nearest() {
+    let mut r = router(RouterConfig::default());
+    let texts =
+        ["Fix the off-by-one error in the pagination helper", "Write a haiku about autumn leaves", "Translate this sentence into French"];
+    let rows: Vec<Vec<f32>> =
+        texts.iter().map(|t| r.decide_with_features(&Conversation::user(t.to_string()), None, None).unwrap().1.last).collect();
+    let mut head = head_for(&r, 2);
+    head.training = training_set(&r, &rows, 0.999);
+    let bytes = serde_json::to_vec(&head).unwrap();
+    r.attach_head(&bytes, "head.json").unwrap();
+
+    // A training task's own text: its nearest is itself (8-bit rows: cosine
+    // within 1e-3 of 1), and it is not unlike the training tasks.
+    let d = r.decide(&Conversation::user(texts[1].to_string()), Some("quality")).unwrap();
+    let c = d.confidence.as_ref().expect("a head's decision carries its confidence");
+    assert_eq!(c.nearest.len(), 3);
+    assert_eq!(c.nearest[0].0, 1);
+    assert!(c.nearest_similarity > 0.999 && !c.unlike_training, "{c:?}");
+    assert!(c.nearest[0].1 >= c.nearest[1].1 && c.nearest[1].1 >= c.nearest[2].1);
+    // The favourite's margin is large and no candidate has a spread: sure.
+    assert!(c.margin > 0.5 && c.margin_sigma == 0.0 && !c.close_call && c.p_first_ahead == 1.0 && !c.unsure());
+    assert!(d.timings.confidence_ms >= 0.0 && d.timings.confidence_ms <= d.timings.total_ms);
+
+    // Another text is less similar than the threshold: unlike the training tasks.
+    let other = r.decide(&Conversation::user("Quarterly revenue grew by 12 percent".to_string()), Some("quality")).unwrap();
+    let oc = other.confidence.unwrap();
+    assert!(oc.nearest_similarity < 0.999 && oc.unlike_training && oc.unsure(), "{oc:?}");
+    assert!(oc.reasons().iter().any(|r| r.starts_with("unlike the training tasks")));
+
+    // Spreads as wide as the margin make the same decision a close call,
+    // P(first ahead) = Φ(margin ÷ √(σ₁² + σ₂²)).
+    r.detach_head();
+    head.candidates.iter_mut().for_each(|c| c.p_sigma = 1.0);
+    r.attach_head(&serde_json::to_vec(&head).unwrap(), "head.json").unwrap();
+    let wide = r.decide(&Conversation::user(texts[1].to_string()), Some("quality")).unwrap().confidence.unwrap();
+    assert!(wide.close_call && (wide.margin_sigma - 2f64.sqrt()).abs() < 1e-12, "{wide:?}");
+    let expected = router::normal_cdf(wide.margin / 2f64.sqrt());
+    assert!((wide.p_first_ahead - expected).abs() < 1e-12 && wide.p_first_ahead > 0.5 && wide.p_first_ahead < 0.9);
+
+    // The neighbours explain with what each backend did on them.
+    let neighbours = r.head().unwrap().neighbours(&c.nearest);
+    assert_eq!(neighbours[0].task, "task-1");
+    assert_eq!(neighbours[0].outcomes.len(), r.pool.candidates.len());
+    assert!(neighbours[0].outcomes[1].resolved && !neighbours[0].outcomes[0].resolved);
+    assert_eq!(neighbours[0].outcomes[3].cost_usd, 0.3);
+    assert!(r.head().unwrap().neighbours(&[(99, 0.5)]).is_empty());
+
+    // The similarity scoring has no confidence to give.
+    r.detach_head();
+    assert!(r.decide(&Conversation::user(texts[0].to_string()), None).unwrap().confidence.is_none());
 }

@@ -18,11 +18,11 @@ use bench::quality::RoutedTask;
 use bench::report::LatencyReport;
 use bench::serve::ServeStudy;
 use router::sampling::{GenerationSummary, SamplingParams};
-use router::{BuildStage, Conversation, Decision, GemmProbe, Precision};
+use router::{BuildStage, Conversation, Decision, GemmProbe, Neighbour, Precision};
 use serde::{Deserialize, Serialize};
 use serving::{QueueSample, RunSummary, ServeSettings};
 
-use crate::{Deferred, ModelInfo};
+use crate::{Deferred, ModelInfo, ScoringChoice};
 
 /// Names one job for its whole life: the page picks it (counting up), the
 /// worker repeats it in every event, and Cancel names it, so an answer to an
@@ -112,6 +112,9 @@ pub enum JobRequest {
         conversation: Conversation,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mode: Option<String>,
+        /// The untrained similarity instead of the checkpoint's head.
+        #[serde(default, skip_serializing_if = "ScoringChoice::is_trained")]
+        scoring: ScoringChoice,
     },
     /// Time the prefill's projection GEMM (`[m × k]` by a `[n × k]` weight).
     GemmProbe { m: usize, k: usize, n: usize, repeats: usize },
@@ -267,6 +270,8 @@ pub enum LoadStage {
     PreparingWhileVerifying,
     /// The router's own build steps.
     Build(BuildStage),
+    /// Fetching and checking the trained head the site pins for it.
+    ReadingHead,
 }
 
 impl LoadStage {
@@ -289,6 +294,7 @@ impl LoadProgress {
             LoadStage::PreparingWhileVerifying => "preparing the weights while SHA-256 is checked against the manifest".into(),
             LoadStage::Build(BuildStage::Weights) => "parsing the GGUF and preparing the weights".into(),
             LoadStage::Build(BuildStage::Tokenizer) => "building the tokenizer from the GGUF metadata".into(),
+            LoadStage::ReadingHead => "reading the trained head for this checkpoint".into(),
             LoadStage::Build(BuildStage::Descriptors) => {
                 format!("encoding candidate descriptors ({}/{})", self.done + 1, self.total.unwrap_or(0))
             }
@@ -408,6 +414,11 @@ pub enum JobResult {
     Loaded(Box<ModelInfo>),
     Decided {
         decision: Box<Decision>,
+        /// The training tasks nearest to this one, with what each backend
+        /// did on them (a trained head's decision only), looked up after
+        /// decide's clock stopped.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        neighbours: Vec<Neighbour>,
         /// The worker's wasm memory after the decision (its high-water mark:
         /// wasm memory never shrinks), so a long session can see it stays
         /// bounded.

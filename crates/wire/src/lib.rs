@@ -17,6 +17,7 @@ pub mod session;
 
 use bench::report::Provenance;
 use bench::tasks::Task;
+pub use router::ScoringChoice;
 use router::{FlopModel, LoadTimings};
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,59 @@ pub const FILE_FIELD: &str = "file";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub models: Vec<ManifestModel>,
+    /// The trained heads the site serves, pinned by SHA-256, each for the
+    /// backbone it was trained on.
+    #[serde(default)]
+    pub heads: Vec<ManifestHead>,
+}
+
+/// A trained scoring head the site serves beside a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManifestHead {
+    /// Path relative to the site root, e.g. `head.smollm2-135m.json`.
+    pub file: String,
+    pub sha256: String,
+    /// The checkpoint id (`gguf-…`) it was trained on: a head is used
+    /// wherever that checkpoint is loaded, bundled or picked by the user.
+    pub backbone_checkpoint_id: String,
+    /// The backbone's name, for sentences.
+    pub backbone: String,
+}
+
+impl Manifest {
+    /// The head trained on this checkpoint, if the site serves one.
+    pub fn head_for(&self, backbone_checkpoint_id: &str) -> Option<&ManifestHead> {
+        self.heads.iter().find(|h| h.backbone_checkpoint_id == backbone_checkpoint_id)
+    }
+}
+
+/// How a loaded checkpoint's decisions are scored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Scoring {
+    /// The trained head the site pins for this checkpoint scores by default
+    /// (the similarity scoring stays a choice per decision).
+    Trained { head_id: String, file: String, trained_on: String, evaluation: Box<router::HeadEvaluation> },
+    /// No head scores: why, and what the untrained scoring was measured to
+    /// be worth on a backbone that has a head (`reference`), if any.
+    Untrained {
+        reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reference: Option<Box<UntrainedReference>>,
+    },
+}
+
+impl Default for Scoring {
+    fn default() -> Self {
+        Scoring::Untrained { reason: "the worker did not say".into(), reference: None }
+    }
+}
+
+/// A backbone whose study measured the untrained scoring.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UntrainedReference {
+    pub backbone: String,
+    pub evaluation: router::HeadEvaluation,
 }
 
 /// One bundled checkpoint, pinned by size and SHA-256.
@@ -147,6 +201,9 @@ pub struct ModelInfo {
     pub modes: Vec<ModeInfo>,
     pub default_mode: String,
     pub candidates: Vec<String>,
+    /// How its decisions are scored by default.
+    #[serde(default)]
+    pub scoring: Scoring,
 }
 
 /// Storage the site uses in this browser.
@@ -274,6 +331,24 @@ mod tests {
             JobResult::ServedGeneration { checkpoint_id: "gguf-1".into(), precision: "int8".into(), runs: Deferred::encode(&runs) };
         let from = FromWorker::Job { id: JobId(7), event: JobEvent::Finished { result, cancelled: false } };
         assert_eq!(FromWorker::from_json(&from.to_json()).unwrap(), from);
+        // A decide asking for the untrained scoring says so; the default
+        // (the trained head) is left out of the message.
+        let decide = |scoring| JobRequest::Decide { conversation: router::Conversation::user("fix it"), mode: None, scoring };
+        let to = ToWorker::Start { id: JobId(8), job: decide(ScoringChoice::Similarity) };
+        assert!(to.to_json().contains(r#""scoring":"similarity""#));
+        assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
+        let to = ToWorker::Start { id: JobId(9), job: decide(ScoringChoice::Trained) };
+        assert!(!to.to_json().contains("scoring"));
+        assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
+        // A model that runs untrained, with the reason and a reference.
+        let mut info = testing::model_info();
+        info.scoring = Scoring::Untrained {
+            reason: "the site serves no trained head for checkpoint gguf-0".into(),
+            reference: Some(Box::new(UntrainedReference { backbone: "SmolLM2".into(), evaluation: router::HeadEvaluation::default() })),
+        };
+        let loaded =
+            FromWorker::Job { id: JobId(1), event: JobEvent::Finished { result: JobResult::Loaded(Box::new(info)), cancelled: false } };
+        assert_eq!(FromWorker::from_json(&loaded.to_json()).unwrap(), loaded);
     }
 
     #[test]
@@ -285,6 +360,15 @@ mod tests {
         // The bundled file is not loadable as an on-request one, and no other path is.
         assert!(manifest.on_request("models/SmolLM2-135M-Instruct.Q4_1.gguf").is_none());
         assert!(manifest.on_request("https://example.com/x.gguf").is_none());
+        // Each bundled backbone's head is pinned, found by the checkpoint id
+        // (`gguf-` and the GGUF's first 8 hex digits) it was trained on.
+        for model in &manifest.models {
+            let id = format!("gguf-{}", &model.sha256[..8]);
+            let head = manifest.head_for(&id).unwrap_or_else(|| panic!("no head for {}", model.file));
+            assert_eq!(head.sha256.len(), 64);
+            assert!(!head.file.contains('/') && head.file.starts_with("head.") && head.file.ends_with(".json"));
+        }
+        assert!(manifest.head_for("gguf-00000000").is_none());
     }
 }
 
@@ -319,6 +403,7 @@ pub(crate) mod testing {
             modes: Vec::new(),
             default_mode: "balanced".into(),
             candidates: Vec::new(),
+            scoring: Scoring::default(),
         }
     }
 }

@@ -29,6 +29,18 @@ impl Kernel {
     pub fn at(&self, i: usize, j: usize) -> f64 {
         self.k[i * self.n + j]
     }
+
+    /// The cosine of tasks i and j's features (the bias's constant taken
+    /// out): for the standardised kernels, what a deployed head's
+    /// `LoadedHead::similarities` computes.
+    pub fn cosine(&self, i: usize, j: usize) -> f64 {
+        let norms = (self.at(i, i) - BIAS_FEATURE) * (self.at(j, j) - BIAS_FEATURE);
+        if norms > 0.0 {
+            (self.at(i, j) - BIAS_FEATURE) / norms.sqrt()
+        } else {
+            0.0
+        }
+    }
 }
 
 /// Per-feature mean and standard deviation of the training rows.

@@ -9,8 +9,10 @@
 //! produced; nothing here reads a file or a clock.
 
 pub mod data;
+pub mod doubt;
 pub mod learn;
 pub mod plot;
+pub mod published;
 #[cfg(feature = "engine")]
 pub mod route;
 
@@ -381,6 +383,19 @@ pub struct SeedOutcome {
     pub by_mode: Vec<Vec<usize>>,
     /// Per outer fold: the chosen feature map's name, regularisation and λs.
     pub chosen: Vec<(String, f64, [f64; 3])>,
+    /// `[task][model]`: the out-of-fold P(resolve).
+    #[serde(default)]
+    pub oof: Vec<Vec<f64>>,
+    /// `[mode][task]`: the candidate ranked second and the first's utility
+    /// less its own.
+    #[serde(default)]
+    pub runner_up: Vec<Vec<(usize, f64)>>,
+    /// Per task: the cosine to its nearest training task, and whether that
+    /// is below the training fold's novelty threshold ([`doubt`]).
+    #[serde(default)]
+    pub nearest: Vec<f64>,
+    #[serde(default)]
+    pub unlike: Vec<bool>,
 }
 
 /// One seed of `folds`-fold cross-validation: each fold's tasks are scored
@@ -394,22 +409,32 @@ pub fn cross_validate_seed(data: &Dataset, kernels_for: &dyn Fn(&[usize]) -> Ker
     let mut by_lambda = vec![vec![0; n]; settings.lambdas.len()];
     let mut by_mode = vec![vec![0; n]; MODES.len()];
     let mut chosen = Vec::new();
+    let mut oof = vec![Vec::new(); n];
+    let mut runner_up = vec![vec![(0, 0.0); n]; MODES.len()];
+    let (mut nearest, mut unlike) = (vec![0.0; n], vec![false; n]);
     for (f, test) in outer.iter().enumerate() {
         let train: Vec<usize> = all.iter().copied().filter(|t| !test.contains(t)).collect();
         let kernels = kernels_for(&train);
         let selected = select_and_fit(data, &kernels, &train, settings, seed.wrapping_mul(1000).wrapping_add(f as u64 + 1));
+        let kernel = &kernels[selected.features].1;
+        let threshold = doubt::novelty_threshold(kernel, &train);
         for &t in test {
             let p = selected.probabilities(&kernels, t);
             for (l, &lambda) in settings.lambdas.iter().enumerate() {
                 by_lambda[l][t] = data.pick(&p, &selected.mean_cost, lambda);
             }
             for (m, &lambda) in selected.lambdas.iter().enumerate() {
-                by_mode[m][t] = data.pick(&p, &selected.mean_cost, lambda);
+                let (first, second, margin) = doubt::first_two(data, &p, &selected.mean_cost, lambda);
+                by_mode[m][t] = first;
+                runner_up[m][t] = (second, margin);
             }
+            nearest[t] = doubt::nearest(kernel, t, &train).0;
+            unlike[t] = nearest[t] < threshold;
+            oof[t] = p;
         }
         chosen.push((kernels[selected.features].0.clone(), selected.reg, selected.lambdas));
     }
-    SeedOutcome { seed, by_lambda, by_mode, chosen }
+    SeedOutcome { seed, by_lambda, by_mode, chosen, oof, runner_up, nearest, unlike }
 }
 
 /// A point of a cost–quality curve (all tasks).
@@ -547,6 +572,12 @@ pub struct QualityStudy {
     /// check that another engine reproduces the decisions, not quality).
     #[serde(default)]
     pub per_task: Vec<RoutedTask>,
+    /// The head's out-of-fold calibration per candidate ([`doubt`]).
+    #[serde(default)]
+    pub calibration: Vec<doubt::CandidateCalibration>,
+    /// Resolved and cost of the head's decisions flagged unsure and not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doubt: Option<doubt::DoubtStudy>,
 }
 
 /// The failed-run rule, as reports state it.
@@ -593,6 +624,20 @@ pub fn rows_table(rows: &[PolicyRow]) -> String {
 }
 
 impl QualityStudy {
+    /// The head's calibration per candidate, as a Markdown table.
+    pub fn calibration_table(&self) -> String {
+        let mut out = String::from(
+            "### Calibration of the head's P(resolve), out of fold (all seeds)\n\n| candidate | resolve rate | Brier | Brier of the rate | spread σ |\n|---|---:|---:|---:|---:|\n",
+        );
+        for c in &self.calibration {
+            out.push_str(&format!(
+                "| {} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
+                c.candidate, c.base_rate, c.brier, c.brier_base_rate, c.p_sigma
+            ));
+        }
+        out
+    }
+
     /// Plain sentences on what the study shows (all tasks), computed from
     /// its rows and curves: whether the backbone's features beat TF-IDF,
     /// whether any router reaches the best single model at its cost, and how
@@ -660,8 +705,15 @@ impl QualityStudy {
         }
         let random = self.rows.iter().find(|r| r.subset == Subset::All && r.policy.starts_with("random"));
         if let (Some(similarity), Some(random)) = (row("router, similarity scoring, quality"), random) {
+            // Above random by more than two of its standard deviations is a
+            // signal; anything less is not one.
+            let verdict = if similarity.resolved.mean > random.resolved.mean + 2.0 * random.resolved.std {
+                "descriptor similarity carries some signal on this backbone, but a trained head is the scoring to use"
+            } else {
+                "descriptor similarity is not routing"
+            };
             out.push(format!(
-                "The untrained similarity scoring resolves {:.0} cost-blind, against random's {:.1} ± {:.1}: descriptor similarity is not routing.",
+                "The untrained similarity scoring resolves {:.0} cost-blind, against random's {:.1} ± {:.1}: {verdict}.",
                 similarity.resolved.mean, random.resolved.mean, random.resolved.std
             ));
         }
@@ -680,6 +732,12 @@ impl QualityStudy {
         }
         for (policy, chosen) in &self.chosen {
             out.push_str(&format!("{policy}: {chosen}\n"));
+        }
+        if !self.calibration.is_empty() {
+            out.push_str(&format!("\n{}", self.calibration_table()));
+        }
+        if let Some(doubt) = &self.doubt {
+            out.push_str(&format!("\n{}", doubt.table()));
         }
         if !self.truncation.is_empty() {
             out.push_str(
@@ -825,6 +883,85 @@ mod tests {
     }
 
     #[test]
+    fn the_heads_doubt_is_measured_out_of_fold_and_can_tell_sure_from_unsure() {
+        let d = data(60);
+        // Tasks 0–54 carry what resolves them; each of the last five sits
+        // far out on a coordinate of its own, so it is unlike every other
+        // task whichever fold trains.
+        let features: Vec<Vec<f32>> = (0..60)
+            .map(|t| {
+                let mut row = vec![(t % 2 == 0) as u8 as f32, (t % 3 == 0) as u8 as f32, 0.0, 0.0, 0.0, 0.0, 0.0];
+                if t >= 55 {
+                    row[2 + t - 55] = 50.0;
+                }
+                row
+            })
+            .collect();
+        let settings = CvSettings { seeds: vec![0, 1, 2], ..CvSettings::default() };
+        let outcomes: Vec<SeedOutcome> = settings
+            .seeds
+            .iter()
+            .map(|&s| cross_validate_seed(&d, &|train: &[usize]| vec![("x".into(), learn::dense_kernel(&features, train).0)], &settings, s))
+            .collect();
+        for o in &outcomes {
+            assert_eq!((o.oof.len(), o.nearest.len(), o.unlike.len()), (60, 60, 60));
+            assert!(o.oof.iter().all(|p| p.len() == 3 && p.iter().all(|v| (0.0..=1.0).contains(v))));
+            // The first two of each mode are two candidates, the first the pick.
+            for m in 0..MODES.len() {
+                for t in 0..60 {
+                    let (second, margin) = o.runner_up[m][t];
+                    assert!(second != o.by_mode[m][t] && margin >= 0.0);
+                }
+            }
+            assert!(o.unlike[55..].iter().all(|&u| u), "the outliers are unlike the training tasks: {:?}", &o.nearest[50..]);
+            assert!(o.unlike[..55].iter().filter(|&&u| u).count() <= 10, "{:?}", o.unlike);
+        }
+
+        let calibration = doubt::calibration(&d, &outcomes);
+        let big = &calibration[0];
+        // `big` resolves every task: its base rate is 1 and forecasting it is perfect.
+        assert_eq!((big.base_rate, big.brier_base_rate), (1.0, 0.0));
+        assert!(big.brier < 0.05, "{big:?}");
+        // `mid` (t even) is learnable from the first feature: far better than its rate.
+        assert!(calibration[1].brier < 0.5 * calibration[1].brier_base_rate, "{:?}", calibration[1]);
+        for c in &calibration {
+            assert_eq!(c.bins.iter().map(|b| b.count).sum::<usize>(), 60 * 3, "every prediction in one bin");
+            assert!(c.p_sigma >= 0.0 && c.p_sigma < 0.5);
+        }
+
+        let study = doubt::doubt_study(&d, &outcomes);
+        assert_eq!(study.rows.len(), 9);
+        for r in &study.rows {
+            assert_eq!(r.flagged.mean + r.unflagged.mean, 60.0, "{r:?}");
+            assert!(r.flagged_resolved.mean <= r.flagged.mean && r.unflagged_resolved.mean <= r.unflagged.mean);
+        }
+        let unlike = study.rows.iter().find(|r| r.mode == "quality" && r.reason == doubt::Reason::UnlikeTraining).unwrap();
+        assert!(unlike.flagged.mean >= 5.0, "{unlike:?}");
+        let either = study.rows.iter().find(|r| r.mode == "quality" && r.reason == doubt::Reason::Either).unwrap();
+        assert!(either.flagged.mean >= unlike.flagged.mean);
+        assert!(study.table().contains("| quality | unlike the training tasks |"));
+    }
+
+    #[test]
+    fn the_first_two_follow_decides_order_and_the_threshold_is_a_low_percentile() {
+        let d = data(6);
+        // Equal utilities: the higher score first, then the smaller id.
+        assert_eq!(doubt::first_two(&d, &[0.5, 0.7, 0.2], &[1.0, 1.0, 1.0], 0.0), (1, 0, 0.7 - 0.5));
+        let (first, second, margin) = doubt::first_two(&d, &[0.9, 0.8, 0.8], &[10.0, 1.0, 1.0], 1.0);
+        // Utilities −0.1, 0.7, 0.7: mid and small tie on score too, so by id: mid, small.
+        assert_eq!((first, second), (1, 2));
+        assert!(margin.abs() < 1e-12);
+        // Four points on a line: nearest cosines 1, 1, 1, 1 for the three
+        // alike, and the opposite one −1: the 5th percentile is the lowest.
+        let features = [[1.0f32, 0.0], [2.0, 0.0], [3.0, 0.0], [-1.0, 0.0]];
+        let kernel = learn::Kernel { n: 4, k: (0..16).map(|i| features[i / 4][0] as f64 * features[i % 4][0] as f64 + 1.0).collect() };
+        assert!((doubt::nearest(&kernel, 0, &[0, 1, 2, 3]).0 - 1.0).abs() < 1e-12);
+        assert_eq!(doubt::nearest(&kernel, 3, &[0, 1, 2, 3]).0, -1.0);
+        assert_eq!(doubt::novelty_threshold(&kernel, &[0, 1, 2, 3]), -1.0);
+        assert!((doubt::novelty_threshold(&kernel, &[0, 1, 2]) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
     fn verdicts_say_who_wins_from_the_rows_and_curves() {
         let d = data(30);
         let n = d.tasks.len();
@@ -856,6 +993,8 @@ mod tests {
             truncation: Vec::new(),
             published_note: String::new(),
             per_task: Vec::new(),
+            calibration: Vec::new(),
+            doubt: None,
         };
         // The policies' names reach the page's figures from imported reports.
         let mut hostile = study.clone();
@@ -863,6 +1002,15 @@ mod tests {
         hostile.rows[0].policy = crate::svg::HOSTILE.into();
         crate::svg::assert_inert(&hostile.cost_quality_svg(), crate::svg::HOSTILE);
         crate::svg::texts_and_values(&hostile.truncation_svg());
+        hostile.calibration = vec![doubt::CandidateCalibration {
+            candidate: crate::svg::HOSTILE.into(),
+            brier: 0.2,
+            base_rate: 0.5,
+            brier_base_rate: 0.25,
+            p_sigma: 0.05,
+            bins: vec![doubt::ReliabilityBin { lower: 0.4, upper: 0.5, count: 3, mean_p: 0.45, observed: 0.33 }],
+        }];
+        crate::svg::assert_inert(&hostile.reliability_svg(), crate::svg::HOSTILE);
         let v = study.verdicts();
         assert!(v[0].starts_with("Cost-blind, the backbone's features do not beat TF-IDF"), "{v:?}");
         // The best single model is big (30 resolved at $300).

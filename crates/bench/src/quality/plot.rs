@@ -1,7 +1,7 @@
-//! The quality study's two figures as SVG text (colours come from CSS
+//! The quality study's figures as SVG text (colours come from CSS
 //! classes, so the page's light and dark themes apply): the cost–quality
-//! curves against the baselines, and quality against decide latency over
-//! the truncation settings.
+//! curves against the baselines, quality against decide latency over the
+//! truncation settings, and the head's reliability diagram.
 
 use super::{Family, QualityStudy, Subset};
 use crate::svg::{plot_svg, PlotSeries};
@@ -74,5 +74,24 @@ impl QualityStudy {
             &format!("tasks resolved (of {})", self.tasks),
             &series,
         )
+    }
+
+    /// The head's reliability diagram: per candidate, the share resolved
+    /// against the mean predicted P(resolve) in each bin that holds any
+    /// out-of-fold prediction, beside the diagonal of perfect calibration.
+    pub fn reliability_svg(&self) -> String {
+        let mut series = vec![PlotSeries {
+            label: "perfectly calibrated".into(),
+            class: "oracle".into(),
+            points: vec![(0.0, 0.0, None), (1.0, 1.0, None)],
+            line: true,
+        }];
+        series.extend(self.calibration.iter().enumerate().map(|(i, c)| PlotSeries {
+            label: format!("{} (Brier {:.3})", c.candidate, c.brier),
+            class: format!("q{}", i % 8),
+            points: c.bins.iter().filter(|b| b.count > 0).map(|b| (b.mean_p, b.observed, None)).collect(),
+            line: true,
+        }));
+        plot_svg("Reliability of the head's P(resolve), out of fold", "predicted P(resolve), bin mean", "share resolved", &series)
     }
 }

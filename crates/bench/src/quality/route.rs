@@ -136,15 +136,70 @@ pub fn hidden_kernels(mean: &[Vec<f32>], last: &[Vec<f32>], train: &[usize]) -> 
     ]
 }
 
+/// The start of a prompt, whitespace collapsed, for a neighbour's line.
+fn excerpt(prompt: &str) -> String {
+    const CHARS: usize = 160;
+    let collapsed = prompt.split_whitespace().collect::<Vec<_>>().join(" ");
+    match collapsed.char_indices().nth(CHARS) {
+        Some((cut, _)) => format!("{}…", &collapsed[..cut]),
+        None => collapsed,
+    }
+}
+
+/// What the study measured, stored in the head for the page to state:
+/// `similarity` is the untrained scoring's choices per mode, `head_cv` the
+/// head's cross-validation.
+pub fn evaluation(
+    data: &super::Dataset,
+    similarity: &std::collections::BTreeMap<String, Vec<usize>>,
+    head_cv: &[super::SeedOutcome],
+    settings: &super::CvSettings,
+) -> router::head::HeadEvaluation {
+    let all = data.indices(super::Subset::All);
+    let baselines = super::baseline_rows(data, super::Subset::All);
+    let random = baselines.iter().find(|r| r.policy.starts_with("random")).map_or(0.0, |r| r.resolved.mean);
+    let (best, best_totals) = (0..data.models.len())
+        .map(|m| (m, super::totals(data, &vec![m; data.tasks.len()], &all)))
+        .max_by(|a, b| a.1.resolved.total_cmp(&b.1.resolved).then(b.1.cost_usd.total_cmp(&a.1.cost_usd)))
+        .unwrap_or((0, super::Totals::default()));
+    let mut evaluation = router::head::HeadEvaluation {
+        dataset: "CodeRouterBench OOD176".into(),
+        tasks: data.tasks.len(),
+        protocol: format!("{}-fold cross-validation × {} seeds", settings.folds, settings.seeds.len()),
+        random_resolved: random,
+        best_single: data.models[best].clone(),
+        best_single_resolved: best_totals.resolved,
+        best_single_cost_usd: best_totals.cost_usd,
+        ..Default::default()
+    };
+    for (mode, choices) in similarity {
+        evaluation.similarity_resolved.insert(mode.clone(), super::totals(data, choices, &all).resolved);
+    }
+    for (m, (mode, _)) in super::MODES.iter().enumerate() {
+        let per_seed: Vec<super::Totals> = head_cv.iter().map(|o| super::totals(data, &o.by_mode[m], &all)).collect();
+        let resolved = super::Stat::of(&per_seed.iter().map(|t| t.resolved).collect::<Vec<_>>());
+        let cost = super::Stat::of(&per_seed.iter().map(|t| t.cost_usd).collect::<Vec<_>>());
+        evaluation.head_resolved.insert(mode.to_string(), resolved.mean);
+        evaluation.head_resolved_std.insert(mode.to_string(), resolved.std);
+        evaluation.head_cost_usd.insert(mode.to_string(), cost.mean);
+    }
+    evaluation
+}
+
 /// Trains the deployable head on every task (settings chosen by 5-fold CV
 /// over all of them, as in each outer fold of the evaluation), with the
-/// weights folded back into the raw pooled feature space.
+/// weights folded back into the raw pooled feature space. It carries each
+/// candidate's spread `p_sigmas` (from the evaluation's seeds), the
+/// training tasks' standardised features and outcomes (for the novelty
+/// flag and the neighbours a decision shows) and `evaluation`.
 pub fn train_head(
     router: &Router,
     data: &super::Dataset,
     features: &[PooledFeatures],
     settings: &super::CvSettings,
     trained_on: &str,
+    p_sigmas: &[f64],
+    evaluation: router::head::HeadEvaluation,
 ) -> router::Head {
     let (mean, last) = pooled(features);
     let all: Vec<usize> = (0..data.tasks.len()).collect();
@@ -159,9 +214,39 @@ pub fn train_head(
         .enumerate()
         .map(|(m, fit)| {
             let (weights, bias) = super::learn::raw_weights(fit, chosen, &standardiser);
-            router::head::HeadCandidate { id: data.models[m].clone(), weights, bias, mean_cost_usd: selected.mean_cost[m] }
+            router::head::HeadCandidate {
+                id: data.models[m].clone(),
+                weights,
+                bias,
+                mean_cost_usd: selected.mean_cost[m],
+                p_sigma: p_sigmas.get(m).copied().unwrap_or(0.0),
+            }
         })
         .collect();
+    let standardised: Vec<Vec<f64>> = chosen
+        .iter()
+        .map(|row| row.iter().zip(&standardiser.mean).zip(&standardiser.scale).map(|((&x, m), s)| (x as f64 - m) / s).collect())
+        .collect();
+    let (features_i8, feature_scales) = router::head::quantize_rows(&standardised);
+    let training = router::head::TrainingSet {
+        mean: standardiser.mean.iter().map(|&v| v as f32).collect(),
+        scale: standardiser.scale.iter().map(|&v| v as f32).collect(),
+        novelty_percentile: super::doubt::NOVELTY_PERCENTILE,
+        novelty_threshold: super::doubt::novelty_threshold(&kernels[selected.features].1, &all),
+        tasks: data
+            .tasks
+            .iter()
+            .zip(&data.cells)
+            .map(|(task, cells)| router::head::TrainingTask {
+                id: task.id.clone(),
+                excerpt: excerpt(&task.prompt),
+                resolved: cells.iter().map(|c| c.resolved).collect(),
+                cost_usd: cells.iter().map(|c| c.cost_usd).collect(),
+            })
+            .collect(),
+        features_i8,
+        feature_scales,
+    };
     router::Head {
         schema: router::head::HEAD_SCHEMA.into(),
         backbone_checkpoint_id: router.backbone_checkpoint_id().to_string(),
@@ -172,5 +257,7 @@ pub fn train_head(
         modes: super::MODES.iter().zip(selected.lambdas).map(|((name, _), l)| (name.to_string(), l)).collect(),
         candidates,
         trained_on: format!("{trained_on}; {} pooling, L2 regularisation {} (5-fold CV over all tasks)", pooling.name(), selected.reg),
+        evaluation,
+        training,
     }
 }
