@@ -30,7 +30,8 @@ struct DecideState {
 impl DecideState {
     fn apply(self, event: JobEvent) {
         if let JobEvent::Finished { result: JobResult::Decided { decision, neighbours, wasm_memory_bytes }, .. } = event {
-            self.decided.set(Some(Decided { decision: *decision, neighbours }));
+            // A list that does not decode only loses the explanation.
+            self.decided.set(Some(Decided { decision: *decision, neighbours: neighbours.decode().unwrap_or_default() }));
             self.worker_memory.set(Some(wasm_memory_bytes));
         }
     }
@@ -74,8 +75,8 @@ pub fn DecideCard() -> impl IntoView {
         worker.start(JobRequest::Decide { conversation, mode, scoring }, None);
     };
     // The scoring choice is offered where the checkpoint has a head.
-    let head_id = move || match worker.model.get().map(|m| m.scoring) {
-        Some(Scoring::Trained { head_id, .. }) => Some(head_id),
+    let head_id = move || match worker.model.get().map(|m| m.scoring.decode()) {
+        Some(Ok(Scoring::Trained { head_id, .. })) => Some(head_id),
         _ => None,
     };
     let pick_task = move |ev: leptos::ev::Event| {

@@ -168,7 +168,7 @@ fn ModelFacts(model: ModelInfo) -> impl IntoView {
         <dl class="facts" data-testid="model-facts">
             {facts.into_iter().map(|(k, v)| view! { <dt>{k}</dt><dd data-field=k>{v}</dd> }).collect_view()}
         </dl>
-        <ScoringNote scoring=model.scoring.clone() default_mode=model.default_mode.clone()/>
+        <ScoringNote scoring=model.scoring.decode() default_mode=model.default_mode.clone()/>
     }
 }
 
@@ -176,7 +176,14 @@ fn ModelFacts(model: ModelInfo) -> impl IntoView {
 /// study's figures for the trained head, or, when no head fits, why not and
 /// what the untrained scoring was measured to be worth.
 #[component]
-fn ScoringNote(scoring: Scoring, default_mode: String) -> impl IntoView {
+fn ScoringNote(scoring: Result<Scoring, String>, default_mode: String) -> impl IntoView {
+    let scoring = match scoring {
+        Ok(scoring) => scoring,
+        Err(e) => {
+            return view! { <p class="note warn" data-testid="scoring-note">{format!("How this model scores is unknown: {e}.")}</p> }
+                .into_any()
+        }
+    };
     match scoring {
         Scoring::Trained { head_id, file, trained_on, evaluation } => view! {
             <p class="note" data-testid="scoring-note" data-scoring="trained" data-head=head_id.clone()>

@@ -229,6 +229,10 @@ impl RouterWorker {
             (Some(confidence), Some(head)) if decision.scoring == head.id => head.neighbours(&confidence.nearest),
             _ => Vec::new(),
         };
-        Ok(Finished::complete(JobResult::Decided { decision: Box::new(decision), neighbours, wasm_memory_bytes: wasm_memory_bytes() }))
+        Ok(Finished::complete(JobResult::Decided {
+            decision: Box::new(decision),
+            neighbours: wire::Deferred::encode(&neighbours),
+            wasm_memory_bytes: wasm_memory_bytes(),
+        }))
     }
 }

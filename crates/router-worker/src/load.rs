@@ -200,7 +200,7 @@ impl RouterWorker {
         self.load_stage(ticket, LoadStage::ReadingHead, 0, None);
         let (scoring, head) = attach_site_head(&mut router).await;
         let mut info = model_info(&router, file_name, bytes.len() as u64, parts);
-        info.scoring = scoring;
+        info.scoring = wire::Deferred::encode(&scoring);
         *self.loaded.borrow_mut() = Some(Loaded {
             router,
             bytes,
@@ -319,7 +319,7 @@ fn model_info(router: &Router, file_name: &str, bytes: u64, parts: ModelInfoPart
             .collect(),
         default_mode: router.pool.default_mode.clone(),
         candidates: router.pool.candidates.iter().map(|c| c.id.clone()).collect(),
-        scoring: Scoring::default(),
+        scoring: wire::Deferred::encode(&Scoring::default()),
     }
 }
 

@@ -415,10 +415,10 @@ pub enum JobResult {
     Decided {
         decision: Box<Decision>,
         /// The training tasks nearest to this one, with what each backend
-        /// did on them (a trained head's decision only), looked up after
-        /// decide's clock stopped.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        neighbours: Vec<Neighbour>,
+        /// did on them (a trained head's decision only, else empty), looked
+        /// up after decide's clock stopped; deferred, as the latency widget
+        /// shows none.
+        neighbours: Deferred<Vec<Neighbour>>,
         /// The worker's wasm memory after the decision (its high-water mark:
         /// wasm memory never shrinks), so a long session can see it stays
         /// bounded.

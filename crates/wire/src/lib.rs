@@ -201,9 +201,10 @@ pub struct ModelInfo {
     pub modes: Vec<ModeInfo>,
     pub default_mode: String,
     pub candidates: Vec<String>,
-    /// How its decisions are scored by default.
-    #[serde(default)]
-    pub scoring: Scoring,
+    /// How its decisions are scored by default (deferred: the latency
+    /// widget, which shares this message, never reads it, and the study's
+    /// figures inside would cost its first load their decoder).
+    pub scoring: Deferred<Scoring>,
 }
 
 /// Storage the site uses in this browser.
@@ -342,10 +343,11 @@ mod tests {
         assert_eq!(ToWorker::from_json(&to.to_json()).unwrap(), to);
         // A model that runs untrained, with the reason and a reference.
         let mut info = testing::model_info();
-        info.scoring = Scoring::Untrained {
+        let untrained = Scoring::Untrained {
             reason: "the site serves no trained head for checkpoint gguf-0".into(),
             reference: Some(Box::new(UntrainedReference { backbone: "SmolLM2".into(), evaluation: router::HeadEvaluation::default() })),
         };
+        info.scoring = Deferred::encode(&untrained);
         let loaded =
             FromWorker::Job { id: JobId(1), event: JobEvent::Finished { result: JobResult::Loaded(Box::new(info)), cancelled: false } };
         assert_eq!(FromWorker::from_json(&loaded.to_json()).unwrap(), loaded);
@@ -403,7 +405,7 @@ pub(crate) mod testing {
             modes: Vec::new(),
             default_mode: "balanced".into(),
             candidates: Vec::new(),
-            scoring: Scoring::default(),
+            scoring: Deferred::encode(&Scoring::default()),
         }
     }
 }
