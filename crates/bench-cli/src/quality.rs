@@ -92,6 +92,10 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
     if q.seeds == 0 {
         return Err(usage("--seeds 0: give at least one seed"));
     }
+    // The study routes untrained and trains its own head.
+    if let Some(head) = &flags.head {
+        return Err(usage(format!("--head {}: --quality trains its own head (written to --head-out)", head.display())));
+    }
     let started_unix_ms = bench_cli::unix_ms_now();
     let Loaded { mut router, checkpoint_file } = flags.load_untrained()?;
     let models: Vec<&str> = router.pool.candidates.iter().map(|c| c.id.as_str()).collect();

@@ -307,9 +307,13 @@ fn decide_scores_with_the_checkpoints_trained_head_unless_told_otherwise() {
     let (code, _, stderr) = router_decide(&["--conversations", cases, "--head", bad.to_str().unwrap()], &[]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("bad-head.json: scoring head: schema `workbench.router-head/1`"), "{stderr}");
-    // --head with --scoring similarity contradicts itself: a usage error.
+    // --head with --scoring similarity contradicts itself, and the quality
+    // study trains its own head: usage errors.
     let (code, _, stderr) = router_decide(&["--conversations", cases, "--scoring", "similarity", "--head", "x.json"], &[]);
     assert_eq!(code, 2, "{stderr}");
+    let (code, _, stderr) = bench_decide(&["--quality", "--head", "x.json"], &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--head x.json: --quality trains its own head"), "{stderr}");
 }
 
 #[test]

@@ -56,9 +56,9 @@ struct Loaded {
     /// more text prefills only what is new. Dropped with the router.
     prefix_cache: PrefixCache,
     /// The trained head the site pins for this checkpoint, when it has one:
-    /// attached at load, kept here too so a job that scores otherwise (a
-    /// similarity decide, the quality card's routing) or rebuilds the
-    /// router (the bench's cold reload) puts it back.
+    /// attached at load, and kept here too so the jobs that drop it (the
+    /// quality card's routing) or build a new router (the bench's cold
+    /// reload) put it back.
     head: Option<router::LoadedHead>,
 }
 
@@ -218,11 +218,14 @@ impl RouterWorker {
     fn decide(&self, conversation: &Conversation, mode: Option<&str>, scoring: wire::ScoringChoice) -> Outcome {
         let mut loaded = self.loaded.borrow_mut();
         let loaded = loaded.as_mut().ok_or("no model is loaded yet")?;
-        if scoring == wire::ScoringChoice::Similarity {
-            loaded.router.detach_head();
-        }
+        // The similarity scoring: the head steps aside for this call and
+        // comes back (moved, not copied) whatever the call's outcome.
+        let aside = if scoring == wire::ScoringChoice::Similarity { loaded.router.detach_head() } else { None };
         let decision = loaded.router.decide_with_cache(conversation, mode, &mut loaded.prefix_cache).map_err(|e| e.to_string());
-        loaded.restore_head()?;
+        if let Some(head) = aside {
+            let id = head.id.clone();
+            loaded.router.attach_loaded_head(head, &id).map_err(|e| e.to_string())?;
+        }
         let decision = decision?;
         loaded.calls += 1;
         let neighbours = match (&decision.confidence, loaded.router.head()) {
