@@ -448,11 +448,7 @@ fn DecisionLine(widget: Widget) -> impl IntoView {
         let (scoring, doubt, unsure) = match &decision.confidence {
             Some(c) => (
                 format!("the trained head {}", decision.scoring),
-                format!(
-                    " P(first place stays ahead of second) {:.0} %; {}.",
-                    100.0 * c.p_first_ahead,
-                    if c.unsure() { format!("unsure: {}", c.reasons().join("; ")) } else { "sure on both counts".into() }
-                ),
+                format!(" P(first place stays ahead of second) {:.0} %; {}.", 100.0 * c.p_first_ahead, c.verdict()),
                 c.unsure(),
             ),
             None => ("the untrained descriptor similarity (no trained head for this checkpoint)".to_string(), String::new(), false),

@@ -155,7 +155,9 @@ fn confidence_view(decision: &Decision) -> impl IntoView {
     };
     let confidence = decision.confidence.clone().map(|c| {
         let unsure = c.unsure();
-        let verdict = if unsure { format!("Unsure: {}.", c.reasons().join("; ")) } else { "Sure on both counts.".to_string() };
+        // Capitalised: it starts a sentence here.
+        let verdict = c.verdict();
+        let verdict = format!("{}{}.", verdict[..1].to_uppercase(), &verdict[1..]);
         let text = format!(
             "P(first place stays ahead of second) {:.0} % (utility margin {:.3} against a spread of {:.3}); nearest training task at cosine {:.2} (threshold {:.2}). {verdict}",
             100.0 * c.p_first_ahead,

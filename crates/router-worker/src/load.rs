@@ -123,7 +123,7 @@ impl RouterWorker {
         }
         drop(chunks);
         let info = ModelInfoParts { source, read_ms, verify_ms, sha256, sha256_checked: true };
-        let model = self.install(ticket, prepared, Rc::new(bytes), &model.file, info).await;
+        let model = self.install(ticket, prepared, Rc::new(bytes), &model.file, info, Some(&manifest)).await;
         // The storage figures follow on their own: awaited here, they would
         // keep the worker busy after the load ends, and a page that starts a
         // bench the moment it hears of the model (the latency widget) would
@@ -147,7 +147,7 @@ impl RouterWorker {
         let verify_ms = now_ms() - started;
         let info = ModelInfoParts { source: Source::UserFile, read_ms, verify_ms, sha256, sha256_checked: false };
         let prepared = self.prepare_router(ticket, &bytes, name, &info.sha256, precision).await?;
-        let model = self.install(ticket, prepared, Rc::new(bytes), name, info).await;
+        let model = self.install(ticket, prepared, Rc::new(bytes), name, info, None).await;
         Ok(Finished::complete(JobResult::Loaded(Box::new(model))))
     }
 
@@ -184,6 +184,8 @@ impl RouterWorker {
     /// Makes a prepared (and, for a site's checkpoint, verified) router the
     /// loaded one, with the trained head the site pins for it, keeps newly
     /// encoded descriptor vectors, and returns what the page shows of it.
+    /// `manifest` is the one a site's load already read (a user's file
+    /// reads it here, for the head).
     async fn install(
         &self,
         ticket: &JobTicket,
@@ -191,6 +193,7 @@ impl RouterWorker {
         bytes: Rc<Vec<u8>>,
         file_name: &str,
         parts: ModelInfoParts,
+        manifest: Option<&Manifest>,
     ) -> ModelInfo {
         let Prepared { mut router, keep } = prepared;
         if let Some((cache, url)) = keep {
@@ -198,7 +201,7 @@ impl RouterWorker {
             let _ = io::store_bytes(&cache, &url, &router.descriptor_cache()).await;
         }
         self.load_stage(ticket, LoadStage::ReadingHead, 0, None);
-        let (scoring, head) = attach_site_head(&mut router).await;
+        let (scoring, head) = attach_site_head(&mut router, manifest).await;
         let mut info = model_info(&router, file_name, bytes.len() as u64, parts);
         info.scoring = wire::Deferred::encode(&scoring);
         *self.loaded.borrow_mut() = Some(Loaded {
@@ -220,10 +223,17 @@ impl RouterWorker {
 /// fails, the router scores by similarity and the answer says why, with
 /// what that scoring was measured to be worth on the site's first backbone
 /// that has a head.
-async fn attach_site_head(router: &mut Router) -> (Scoring, Option<LoadedHead>) {
-    let manifest = match manifest().await {
-        Ok(manifest) => manifest,
-        Err(reason) => return (Scoring::Untrained { reason, reference: None }, None),
+async fn attach_site_head(router: &mut Router, read: Option<&Manifest>) -> (Scoring, Option<LoadedHead>) {
+    let fetched;
+    let manifest = match read {
+        Some(manifest) => manifest,
+        None => match manifest().await {
+            Ok(manifest) => {
+                fetched = manifest;
+                &fetched
+            }
+            Err(reason) => return (Scoring::Untrained { reason, reference: None }, None),
+        },
     };
     let backbone = router.backbone_checkpoint_id().to_string();
     let untrained = |reason: String| async {

@@ -176,6 +176,16 @@ impl Confidence {
         self.close_call || self.unlike_training
     }
 
+    /// `sure on both counts`, or `unsure: ` and the reasons: the one
+    /// sentence the page and the widget both show.
+    pub fn verdict(&self) -> String {
+        if self.unsure() {
+            format!("unsure: {}", self.reasons().join("; "))
+        } else {
+            "sure on both counts".into()
+        }
+    }
+
     /// The reasons in words, for a flag's tooltip or a report line.
     pub fn reasons(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -575,8 +585,9 @@ mod tests {
             nearest: vec![(4, 0.6)],
         };
         assert!(!sure.unsure() && sure.reasons().is_empty());
+        assert_eq!(sure.verdict(), "sure on both counts");
         let doubtful = Confidence { margin: 0.05, close_call: true, nearest_similarity: 0.3, unlike_training: true, ..sure };
-        assert!(doubtful.unsure());
+        assert!(doubtful.unsure() && doubtful.verdict().starts_with("unsure: close call: "));
         assert_eq!(
             doubtful.reasons(),
             [

@@ -50,6 +50,13 @@ pub struct Standardiser {
     pub scale: Vec<f64>,
 }
 
+impl Standardiser {
+    /// One row in standard units: `(x − mean) ÷ scale` per feature.
+    pub fn apply(&self, row: &[f32]) -> Vec<f64> {
+        row.iter().zip(&self.mean).zip(&self.scale).map(|((&x, m), s)| (x as f64 - m) / s).collect()
+    }
+}
+
 /// The bias enters as a constant feature of this size, so it is barely
 /// regularised next to rows whose squared norm averages 1.
 const BIAS_FEATURE: f64 = 1.0;
@@ -62,9 +69,7 @@ pub fn dense_kernel(features: &[Vec<f32>], train: &[usize]) -> (Kernel, Standard
     let n = features.len();
     let d = features.first().map_or(0, Vec::len);
     let standardiser = standardise(features, train);
-    let Standardiser { mean, scale } = &standardiser;
-    let z: Vec<Vec<f64>> =
-        features.iter().map(|row| row.iter().zip(mean).zip(scale).map(|((&x, m), s)| (x as f64 - m) / s).collect()).collect();
+    let z: Vec<Vec<f64>> = features.iter().map(|row| standardiser.apply(row)).collect();
     let mut k = vec![0f64; n * n];
     for i in 0..n {
         for j in i..n {

@@ -223,10 +223,7 @@ pub fn train_head(
             }
         })
         .collect();
-    let standardised: Vec<Vec<f64>> = chosen
-        .iter()
-        .map(|row| row.iter().zip(&standardiser.mean).zip(&standardiser.scale).map(|((&x, m), s)| (x as f64 - m) / s).collect())
-        .collect();
+    let standardised: Vec<Vec<f64>> = chosen.iter().map(|row| standardiser.apply(row)).collect();
     let (features_i8, feature_scales) = router::head::quantize_rows(&standardised);
     let training = router::head::TrainingSet {
         mean: standardiser.mean.iter().map(|&v| v as f32).collect(),
