@@ -50,6 +50,9 @@ fi
 # models/manifest.json); the page's Quality card fetches the study only when asked.
 # Its in-browser evaluation reads the OOD176 files (MIT) from router/data/.
 cp reports/router-quality.cpu.json pkg/router/quality.json
+# Gemma 3 270M's study ships with every site (measurements, not its
+# weights): the Quality card compares the backbones side by side.
+cp reports/router-quality.gemma3.cpu.json pkg/router/quality.gemma3.json
 cp reports/head.smollm2-135m.json pkg/router/head.smollm2-135m.json
 # The measured serving study (bench-decide --serve): the Serving card shows
 # it on request; its own load runs read the same OOD176 prompts.

@@ -69,6 +69,7 @@ pub fn QualityView(report: Report, study: QualityStudy) -> impl IntoView {
     let reliability = (!study.calibration.is_empty()).then(|| study.reliability_svg());
     let calibration = study.calibration.clone();
     let doubt = study.doubt.clone();
+    let cost_prediction = study.cost_prediction.clone();
     let truncation_rows: Vec<_> = study
         .truncation
         .iter()
@@ -150,6 +151,29 @@ pub fn QualityView(report: Report, study: QualityStudy) -> impl IntoView {
                                     <td class="num">{format!("{:.3}", c.brier)}</td>
                                     <td class="num">{format!("{:.3}", c.brier_base_rate)}</td>
                                     <td class="num">{format!("{:.3}", c.p_sigma)}</td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                </div>
+            })}
+            {(!cost_prediction.is_empty()).then(|| view! {
+                <div class="table-wrap">
+                    <table data-testid="cost-prediction-table">
+                        <caption>"Per-task cost prediction, out of fold over every seed: the absolute log ratio of recorded to predicted cost (0.69 is a factor of 2), against predicting each candidate's mean cost"</caption>
+                        <thead><tr>
+                            <th scope="col">"candidate"</th><th scope="col">"tasks with a cost"</th><th scope="col">"median error"</th>
+                            <th scope="col">"p90 error"</th><th scope="col">"median error, mean cost"</th><th scope="col">"p90 error, mean cost"</th>
+                        </tr></thead>
+                        <tbody>
+                            {cost_prediction.into_iter().map(|c| view! {
+                                <tr data-testid="cost-prediction-row" data-candidate=c.model.clone()>
+                                    <th scope="row">{c.model.clone()}</th>
+                                    <td class="num">{c.tasks}</td>
+                                    <td class="num">{format!("{:.2}", c.median_log_error)}</td>
+                                    <td class="num">{format!("{:.2}", c.p90_log_error)}</td>
+                                    <td class="num">{format!("{:.2}", c.median_log_error_of_mean)}</td>
+                                    <td class="num">{format!("{:.2}", c.p90_log_error_of_mean)}</td>
                                 </tr>
                             }).collect_view()}
                         </tbody>

@@ -94,11 +94,8 @@ fn checkpoint(architecture: &'static str, weight_type: GgmlDType, tokenizer: &To
     let weights = synthetic::write(&spec).expect("synthetic checkpoint");
     let mut reader = Cursor::new(&weights);
     let content = gguf_file::Content::read(&mut reader).expect("its own file reads");
-    let tensors: Vec<(String, QTensor)> = content
-        .tensor_infos
-        .keys()
-        .map(|name| (name.clone(), content.tensor(&mut reader, name, &Device::Cpu).expect("tensor")))
-        .collect();
+    let tensors: Vec<(String, QTensor)> =
+        content.tensor_infos.keys().map(|name| (name.clone(), content.tensor(&mut reader, name, &Device::Cpu).expect("tensor"))).collect();
     let tokenizer_meta = gguf_file::Content::read(&mut Cursor::new(tokenizer.gguf())).expect("tokenizer metadata").metadata;
     let mut meta: Vec<(String, Value)> = content.metadata.into_iter().collect();
     meta.extend(tokenizer_meta.into_iter().filter(|(k, _)| k.starts_with("tokenizer.")));
@@ -147,8 +144,16 @@ fn main() {
     );
     put("kv_lengths", "csv", b"\x50\x00\x00\x00task_id,in_tok,out_tok,calls\n\"a, b\",205845,3128,17\nb,0,0,0\n");
     put("kv_lengths", "json", b"\x50\x00\x00\x00[{\"input\": 1200, \"output\": 300}, {\"isl\": 8000, \"osl\": 450}]");
-    put("kv_lengths", "jsonl", b"\x50\x00\x00\x00{\"prompt_tokens\": 10, \"completion_tokens\": 5}\n\n{\"prompt_tokens\": 7, \"completion_tokens\": 0}");
-    put("kv_vllm_log", "v0", b"\x10\x00\x00\x00\x00\x00\x00\x00INFO 01-01 00:00:00 llm_engine.py:340] # GPU blocks: 30688, # CPU blocks: 2048");
+    put(
+        "kv_lengths",
+        "jsonl",
+        b"\x50\x00\x00\x00{\"prompt_tokens\": 10, \"completion_tokens\": 5}\n\n{\"prompt_tokens\": 7, \"completion_tokens\": 0}",
+    );
+    put(
+        "kv_vllm_log",
+        "v0",
+        b"\x10\x00\x00\x00\x00\x00\x00\x00INFO 01-01 00:00:00 llm_engine.py:340] # GPU blocks: 30688, # CPU blocks: 2048",
+    );
 
     let native = include_str!("../../reports/router-latency.cpu.json");
     let report: bench::report::Report = bench::share::parse_report(native, "router-latency.cpu.json").expect("the committed report reads");
@@ -189,7 +194,9 @@ fn main() {
     }
     // The tokenizer target reads a GGUF after a 0 byte (its other inputs are
     // structured by `arbitrary`).
-    for (name, spec) in [("sentencepiece", sentencepiece(text)), ("byte-level-smollm", byte_level(text, 1)), ("byte-level-qwen2", byte_level(text, 2))] {
+    for (name, spec) in
+        [("sentencepiece", sentencepiece(text)), ("byte-level-smollm", byte_level(text, 1)), ("byte-level-qwen2", byte_level(text, 2))]
+    {
         put("gguf_tokenizer", name, &[&[0u8][..], &spec.gguf()].concat());
     }
     println!("seeds written under {}/seeds", env!("CARGO_MANIFEST_DIR"));
@@ -205,6 +212,8 @@ fn small_head() -> String {
         backbone_checkpoint_id: "gguf-00000000".into(),
         hidden: 4,
         pooling: router::Pooling::Last,
+        after_layers: Some(2),
+        cost_term: router::CostTerm::Predicted,
         router_max_tokens: 1024,
         truncation: router::TruncationSide::Left,
         modes: [("quality".to_string(), 0.0), ("balanced".to_string(), 0.1)].into_iter().collect(),
@@ -217,6 +226,7 @@ fn small_head() -> String {
                 bias: -0.5,
                 mean_cost_usd: 1.0 + i as f64,
                 p_sigma: 0.05,
+                cost_model: Some(router::head::CostModel { weights: vec![0.1, 0.0, -0.2, 0.3], bias: -1.0 - i as f32, smearing: 1.2 }),
             })
             .collect(),
         trained_on: "fuzz seed".into(),

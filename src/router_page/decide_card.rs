@@ -4,7 +4,7 @@
 
 use bench::report::format_ms;
 use leptos::prelude::*;
-use router::{Conversation, Decision, Neighbour, ScoringChoice};
+use router::{Conversation, CostTerm, Decision, Neighbour, ScoringChoice};
 use wire::session::ModelState;
 use wire::{JobEvent, JobKind, JobRequest, JobResult, Scoring};
 
@@ -239,7 +239,11 @@ fn DecisionView(decision: Decision, neighbours: Vec<Neighbour>) -> impl IntoView
                 <table>
                     <thead><tr>
                         <th scope="col">"#"</th><th scope="col">"candidate"</th><th scope="col">"score"</th>
-                        <th scope="col">"cosine"</th><th scope="col">{if decision.scoring == "similarity" { "est. cost (USD)" } else { "mean cost per task (USD)" }}</th><th scope="col">"utility"</th>
+                        <th scope="col">"cosine"</th><th scope="col">{match decision.cost_term {
+                            None => "est. cost (USD)",
+                            Some(CostTerm::Mean) => "mean cost per task (USD)",
+                            Some(CostTerm::Predicted) => "predicted cost of this task (USD)",
+                        }}</th><th scope="col">"utility"</th>
                     </tr></thead>
                     <tbody>
                         {decision.ranked.iter().enumerate().map(|(i, r)| view! {

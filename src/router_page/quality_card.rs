@@ -56,6 +56,62 @@ enum QualityState {
     Failed(String),
 }
 
+/// The study of every backbone the site measured, side by side: the
+/// bundled one's (the card's study) and Gemma 3 270M's, whose report ships
+/// with every site (it holds measurements, not Gemma's weights).
+#[derive(Debug, Clone, PartialEq)]
+struct Backbones {
+    rows: Vec<bench::quality::BackboneRow>,
+    /// Why a backbone's report is missing, if one is.
+    missing: Option<String>,
+}
+
+/// The other backbones' reports the card reads, and what to call each.
+const OTHER_BACKBONES: [(&str, &str); 1] = [("quality.gemma3.json", "Gemma 3 270M's quality study")];
+
+fn backbone_row(report: &Report, study: &bench::quality::QualityStudy) -> bench::quality::BackboneRow {
+    study.backbone_row(&report.provenance.backbone, &report.provenance.checkpoint_id)
+}
+
+/// The per-backbone comparison: one row per backbone's study.
+#[component]
+fn BackboneTable(backbones: Backbones) -> impl IntoView {
+    view! {
+        <div class="table-wrap">
+            <table data-testid="backbone-table">
+                <caption>"Per backbone: does a bigger router buy better routing? Each backbone's own study, same tasks, folds and seeds"</caption>
+                <thead><tr>
+                    <th scope="col">"backbone"</th><th scope="col">"similarity, quality / balanced"</th>
+                    <th scope="col">"head (CV), quality"</th><th scope="col">"head (CV), balanced"</th>
+                    <th scope="col">"head's λ curve within the best single's cost"</th><th scope="col">"decide p50"</th>
+                    <th scope="col">"the deployed head"</th>
+                </tr></thead>
+                <tbody>
+                    {backbones.rows.into_iter().map(|r| {
+                        let policy = |row: &Option<bench::quality::PolicyRow>| row.as_ref().map_or("—".to_string(), |row| format!(
+                            "{} at {}", bench::quality::count(&row.resolved), bench::quality::money(row.cost_usd.mean)
+                        ));
+                        let opt = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.0}"));
+                        view! {
+                            <tr data-testid="backbone-row" data-checkpoint=r.checkpoint_id.clone()
+                                data-head-quality=r.head_quality.as_ref().map(|q| format!("{:.1}", q.resolved.mean))>
+                                <th scope="row">{r.backbone.clone()}</th>
+                                <td class="num">{format!("{} / {}", opt(r.similarity_quality), opt(r.similarity_balanced))}</td>
+                                <td class="num">{policy(&r.head_quality)}</td>
+                                <td class="num">{policy(&r.head_balanced)}</td>
+                                <td>{r.within_label()}</td>
+                                <td class="num">{r.decide_p50_ms.map_or("—".to_string(), format_ms)}</td>
+                                <td>{format!("{}: {}", r.head_id.clone().unwrap_or_default(), r.head_trained_on.clone().unwrap_or_default())}</td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+        {backbones.missing.map(|m| view! { <p class="note" data-testid="backbone-missing">{m}</p> })}
+    }
+}
+
 /// The in-browser evaluation's inputs, fetched on first use.
 #[derive(Clone)]
 struct EvaluationData {
@@ -239,13 +295,28 @@ fn BrowserQuality(study: bench::quality::QualityStudy) -> impl IntoView {
 #[component]
 pub fn QualityCard() -> impl IntoView {
     let state = RwSignal::new(QualityState::Idle);
+    let backbones = RwSignal::new(None::<Backbones>);
     let show = move |_| {
         state.set(QualityState::Loading);
+        backbones.set(None);
         spawn_local(async move {
-            state.set(match fetch_study("quality.json", "quality study", |r: &Report| r.studies.quality.as_ref()).await {
+            let shown = fetch_study("quality.json", "quality study", |r: &Report| r.studies.quality.as_ref()).await;
+            let first = shown.as_ref().ok().map(|(report, study)| backbone_row(report, study));
+            state.set(match shown {
                 Ok((report, study)) => QualityState::Shown(Box::new((report, study))),
                 Err(e) => QualityState::Failed(e),
             });
+            // The other backbones after the study is on screen; one missing
+            // is said, not an error of the card.
+            let Some(first) = first else { return };
+            let mut found = Backbones { rows: vec![first], missing: None };
+            for (file, what) in OTHER_BACKBONES {
+                match fetch_study(file, what, |r: &Report| r.studies.quality.as_ref()).await {
+                    Ok((report, study)) => found.rows.push(backbone_row(&report, &study)),
+                    Err(e) => found.missing = Some(format!("{what} is not shown: {e}.")),
+                }
+            }
+            backbones.set(Some(found));
         });
     };
     let report = move || match state.get() {
@@ -273,6 +344,7 @@ pub fn QualityCard() -> impl IntoView {
                 QualityState::Shown(shown) => {
                     let (report, study) = *shown;
                     Some(view! {
+                        {move || backbones.get().map(|b| view! { <BackboneTable backbones=b/> })}
                         <QualityView report=report study=study.clone()/>
                         <BrowserQuality study=study/>
                     }.into_any())

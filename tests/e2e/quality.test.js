@@ -34,9 +34,18 @@ test('a first visitor decides a real task, then opens, shares and re-runs the qu
   await page.getByTestId('quality-study').waitFor();
   const quality = STUDY.quality;
   assert.match(await page.getByTestId('quality-provenance').innerText(), new RegExp(`Checkpoint ${STUDY.provenance.checkpoint_id} \\+ ${quality.head.id}.*split OOD176, 176 tasks \\(406 failed runs\\).*5-fold CV × 5 seeds`));
+  // Every backbone's study side by side, from each one's own report.
+  const GEMMA = JSON.parse(await readFile(join(root, 'reports/router-quality.gemma3.cpu.json'), 'utf8'));
+  await page.locator('[data-testid=backbone-row]').nth(1).waitFor();
+  assert.equal(await page.locator('[data-testid=backbone-row]').count(), 2);
+  const gemmaHead = GEMMA.quality.rows.find((r) => r.subset === 'all' && r.policy === 'router, trained head (CV), quality');
+  assert.equal(await page.locator(`[data-testid=backbone-row][data-checkpoint="${GEMMA.provenance.checkpoint_id}"]`).getAttribute('data-head-quality'), gemmaHead.resolved.mean.toFixed(1));
+  assert.match(await page.getByTestId('backbone-table').innerText(), new RegExp(`${GEMMA.quality.head.id}: .*reads `));
   // What the study shows, said plainly from its own rows and curves.
   const verdicts = await page.locator('[data-testid=quality-verdicts] li').allTextContents();
-  assert.equal(verdicts.length, 2 + quality.curves.length, verdicts.join('\n'));
+  // One line per curve, two more, and whether predicting each task's cost moves the head's curve.
+  assert.equal(verdicts.length, 3 + quality.curves.length, verdicts.join('\n'));
+  assert.match(verdicts.join('\n'), /Per-task cost prediction (does not move|moves) the curve/);
   assert.match(verdicts.join('\n'), /always gpt-5\.4 \(113 at \$18\.27\)/);
   const oracle = quality.rows.find((r) => r.subset === 'all' && r.family === 'oracle');
   assert.equal(await row(page, oracle.policy).getAttribute('data-resolved'), oracle.resolved.mean.toFixed(1));
@@ -56,6 +65,7 @@ test('a first visitor decides a real task, then opens, shares and re-runs the qu
   assert.equal(quality.calibration.length, 8, 'a calibration per candidate');
   assert.equal(await page.locator('[data-testid=reliability-plot] svg').count(), 1);
   assert.equal(await page.locator('[data-testid=doubt-row]').count(), quality.doubt.rows.length);
+  assert.equal(await page.locator('[data-testid=cost-prediction-row]').count(), 8, 'a cost model per candidate');
   // The published rows of other routers, with the protocol difference said.
   assert.equal(await page.locator('[data-testid=published-row][data-router=ACRouter]').getAttribute('data-resolved'), '129.0');
   assert.match(await page.getByTestId('published-protocol').innerText(), /trained on the dataset's in-distribution split/);

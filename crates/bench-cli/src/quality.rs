@@ -10,7 +10,7 @@ use bench::quality::{self, route, CvSettings, Dataset, Family, QualityStudy, See
 use bench::report::{Provenance, Report, Studies};
 use bench_cli::cli::{usage, Progress};
 use bench_cli::{read, Loaded, RouterFlags};
-use router::{Router, TruncationSide};
+use router::{FeatureMap, Pooling, Router, TruncationSide};
 
 #[derive(clap::Args, Debug)]
 pub struct QualityFlags {
@@ -33,6 +33,13 @@ pub struct QualityFlags {
     #[arg(long)]
     limit: Option<usize>,
 }
+
+/// The feature maps the truncation sweep's cross-validations choose among:
+/// the final hidden state's mean and last token, as before the taps. Every
+/// map at every setting would multiply the sweep's cost by six; the sweep
+/// measures what truncation costs, and these two show it.
+const SWEEP_MAPS: [FeatureMap; 2] =
+    [FeatureMap { after_layers: None, pooling: Pooling::Mean }, FeatureMap { after_layers: None, pooling: Pooling::Last }];
 
 /// Runs one cross-validation per seed on its own thread.
 fn cross_validate(
@@ -119,11 +126,17 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
     log.note(&format!("{} tasks × {} models; routing each through decide", data.tasks.len(), models.len()));
     log.step("main setting: routing every task");
     let routed = route_logged(&mut router, &data, &mut log)?;
-    let (mean, last) = routed.pooled();
+    let feature_rows = routed.feature_rows();
     let texts: Vec<&str> = data.tasks.iter().map(|t| t.prompt.as_str()).collect();
 
-    log.note(&format!("nested cross-validation of the head ({} seeds × {} folds)", settings.seeds.len(), settings.folds));
-    let head_cv = cross_validate(&data, &|train: &[usize]| route::hidden_kernels(&mean, &last, train), &settings);
+    log.note(&format!(
+        "nested cross-validation of the head ({} seeds × {} folds; {} feature maps: {})",
+        settings.seeds.len(),
+        settings.folds,
+        feature_rows.len(),
+        feature_rows.iter().map(|(m, _)| m.name()).collect::<Vec<_>>().join(", ")
+    ));
+    let head_cv = cross_validate(&data, &|train: &[usize]| route::hidden_kernels(&feature_rows, None, train), &settings);
     log.note("nested cross-validation of TF-IDF + logistic regression");
     let tfidf_cv =
         cross_validate(&data, &|train: &[usize]| vec![("tfidf".to_string(), quality::learn::tfidf_kernel(&texts, train))], &settings);
@@ -169,6 +182,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
     };
     let curves = vec![
         quality::cv_curve(&data, "router, trained head (CV)", &head_cv, &settings.lambdas),
+        quality::cv_curve_predicted(&data, "router, trained head (CV), per-task cost", &head_cv, &settings.lambdas),
         quality::cv_curve(&data, "TF-IDF + logistic regression (CV)", &tfidf_cv, &settings.lambdas),
         similarity_curve,
     ];
@@ -213,8 +227,8 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
         router.retruncate(max_tokens, side).with_context(|| format!("--truncation-sweep {max_tokens}"))?;
         log.step(&format!("{max_tokens} tokens, {}: routing every task", side.name()));
         let here = route_logged(&mut router, &data, &mut log)?;
-        let (mean_here, last_here) = here.pooled();
-        let cv = cross_validate(&data, &|train: &[usize]| route::hidden_kernels(&mean_here, &last_here, train), &settings);
+        let rows_here = here.feature_rows();
+        let cv = cross_validate(&data, &|train: &[usize]| route::hidden_kernels(&rows_here, Some(&SWEEP_MAPS), train), &settings);
         truncation.push(truncation_point(&data, &here, &cv, setting, &default_mode));
     }
     router.retruncate(main_setting.0, main_setting.1)?;
@@ -241,6 +255,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
         per_task,
         calibration,
         doubt: Some(doubt),
+        cost_prediction: quality::cost_prediction(&data, &head_cv),
     };
     let report = Report::for_study(
         bench_cli::native_environment(started_unix_ms),

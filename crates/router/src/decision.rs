@@ -136,6 +136,11 @@ pub struct Decision {
     /// (the similarity scoring has no measured uncertainty to give).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<Confidence>,
+    /// Which cost a trained head's λ weighed (each candidate's
+    /// `estimated_cost_usd`); none for the similarity scoring, whose cost
+    /// is one call's price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_term: Option<CostTerm>,
 }
 
 /// How sure a trained head's decision is, and why it may not be.
@@ -479,8 +484,8 @@ impl TruncationSide {
     }
 }
 
-/// How a text's final hidden states become one feature vector.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// How a text's hidden states (at one depth) become one feature vector.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pooling {
     /// Mean over the text's tokens (the BOS left out), L2-normalised: the
@@ -490,32 +495,103 @@ pub enum Pooling {
     /// The last token's state, L2-normalised: in a causal model the only
     /// position that has read the whole text.
     Last,
+    /// Both ends of the text side by side: the mean over its first
+    /// [`ENDS_WINDOW`] tokens (where a task is usually
+    /// stated) and over its last ones (which have read all of it), each
+    /// L2-normalised; twice the hidden width.
+    Ends,
 }
 
 impl Pooling {
-    pub const ALL: [Pooling; 2] = [Pooling::Mean, Pooling::Last];
+    pub const ALL: [Pooling; 3] = [Pooling::Mean, Pooling::Last, Pooling::Ends];
 
     pub fn name(self) -> &'static str {
         match self {
             Pooling::Mean => "mean",
             Pooling::Last => "last",
+            Pooling::Ends => "ends",
+        }
+    }
+
+    /// Values in the feature vector for a backbone of width `hidden`.
+    pub fn width(self, hidden: usize) -> usize {
+        match self {
+            Pooling::Mean | Pooling::Last => hidden,
+            Pooling::Ends => 2 * hidden,
         }
     }
 }
 
-/// Both poolings of one prefill, from the same final hidden states.
+/// Which cost a mode's λ weighs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CostTerm {
+    /// Each candidate's mean recorded cost per task on the training data.
+    #[default]
+    Mean,
+    /// Each candidate's `CostModel` (`head`) prediction for this task.
+    Predicted,
+}
+
+impl CostTerm {
+    pub fn name(self) -> &'static str {
+        match self {
+            CostTerm::Mean => "mean",
+            CostTerm::Predicted => "predicted",
+        }
+    }
+}
+
+/// Tokens each end of the text [`Pooling::Ends`] averages.
+pub const ENDS_WINDOW: usize = 32;
+
+/// One feature map a head may read: a depth of the backbone and a pooling.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FeatureMap {
+    /// The residual stream after this many layers, read through the output
+    /// norm (one of the backbone's taps); `None`: the final hidden state.
+    pub after_layers: Option<usize>,
+    pub pooling: Pooling,
+}
+
+impl FeatureMap {
+    /// The final hidden states' mean: what the similarity scoring compares.
+    pub const FINAL_MEAN: FeatureMap = FeatureMap { after_layers: None, pooling: Pooling::Mean };
+
+    /// In words, for a backbone of `layers` layers: "the last token after
+    /// 9 of 18 layers".
+    pub fn describe(self, layers: usize) -> String {
+        let pooling = match self.pooling {
+            Pooling::Mean => "the mean over the text".to_string(),
+            Pooling::Last => "the last token".to_string(),
+            Pooling::Ends => format!("both ends of the text (its first and last {ENDS_WINDOW} tokens)"),
+        };
+        match self.after_layers {
+            None => format!("{pooling} of the final hidden state"),
+            Some(after) => format!("{pooling} after {after} of {layers} layers"),
+        }
+    }
+
+    /// `mean@final`, `last@15`: how reports and heads name it.
+    pub fn name(self) -> String {
+        match self.after_layers {
+            None => format!("{}@final", self.pooling.name()),
+            Some(layers) => format!("{}@{layers}", self.pooling.name()),
+        }
+    }
+}
+
+/// Pooled features of one prefill, each feature map from the same hidden
+/// states.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PooledFeatures {
-    pub mean: Vec<f32>,
-    pub last: Vec<f32>,
+    pub maps: Vec<(FeatureMap, Vec<f32>)>,
 }
 
 impl PooledFeatures {
-    pub fn get(&self, pooling: Pooling) -> &[f32] {
-        match pooling {
-            Pooling::Mean => &self.mean,
-            Pooling::Last => &self.last,
-        }
+    /// The features of `map`, if they were pooled.
+    pub fn get(&self, map: FeatureMap) -> Option<&[f32]> {
+        self.maps.iter().find(|(m, _)| *m == map).map(|(_, v)| v.as_slice())
     }
 }
 

@@ -223,7 +223,7 @@ impl Sequence {
             prompt_len: prompt.len(),
             tokens: prompt,
             shared,
-            own: PagedKv::new(backbone.kv_layout(), BLOCK_TOKENS),
+            own: PagedKv::new(backbone.kv_layout().without_taps(), BLOCK_TOKENS),
             sampler: Sampler::new(&params),
             stops: StopText { stops: params.stop.clone(), held: String::new() },
             params,

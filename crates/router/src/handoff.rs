@@ -61,7 +61,7 @@ pub fn hand_off(backbone: &Backbone, mut sequence: Sequence) -> Result<(Sequence
             kept.for_each(|t| put(kv.rows(layer, head, t).1));
         }
     }
-    sequence.set_own_kv(PagedKv::new(backbone.kv_layout(), BLOCK_TOKENS));
+    sequence.set_own_kv(PagedKv::new(backbone.kv_layout().without_taps(), BLOCK_TOKENS));
     Ok((sequence, KvParcel { held, bytes }))
 }
 
@@ -89,7 +89,7 @@ pub fn receive(backbone: &Backbone, mut sequence: Sequence, parcel: &KvParcel) -
         )));
     }
     let h = &backbone.hparams;
-    let mut kv = PagedKv::new(backbone.kv_layout(), BLOCK_TOKENS);
+    let mut kv = PagedKv::new(backbone.kv_layout().without_taps(), BLOCK_TOKENS);
     kv.grow_to(held);
     let mut floats = parcel.bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
     let mut take = |row: &mut [f32]| row.iter_mut().for_each(|x| *x = floats.next().expect("the length was checked"));

@@ -23,12 +23,17 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use crate::decision::CostTerm;
 pub use crate::decision::HeadEvaluation;
-use crate::decision::{normal_cdf, Confidence, Neighbour, NeighbourOutcome, Pooling, Ranked, TruncationSide};
+use crate::decision::{normal_cdf, Confidence, FeatureMap, Neighbour, NeighbourOutcome, Pooling, Ranked, TruncationSide};
 use crate::error::{Result, RouterError};
 
 /// Schema of the head file. Bump on any incompatible change.
-pub const HEAD_SCHEMA: &str = "workbench.router-head/2";
+pub const HEAD_SCHEMA: &str = "workbench.router-head/3";
+
+/// Earlier schemas still read: version 2 is version 3 without a tapped
+/// depth (the final hidden state) and without cost models (the mean cost).
+const READABLE_SCHEMAS: [&str; 2] = ["workbench.router-head/2", HEAD_SCHEMA];
 
 /// How many training tasks a decision names as its nearest.
 pub const NEAREST: usize = 3;
@@ -48,6 +53,34 @@ pub struct HeadCandidate {
     /// the root mean square, over the training tasks, of the standard
     /// deviation of their out-of-fold P(resolve) across the study's seeds.
     pub p_sigma: f64,
+    /// The candidate's cost on this task predicted from the same features
+    /// (what its answer's tokens will cost at its prices, as recorded),
+    /// used when the head's `cost_term` is `predicted`.
+    #[serde(default)]
+    pub cost_model: Option<CostModel>,
+}
+
+/// A per-task cost prediction: `ln(cost_usd) ≈ bias + weights · x` (ridge
+/// regression on the training tasks' recorded costs, failed runs left
+/// out), and the expected cost `exp(…) × smearing` (Duan's smearing
+/// factor: the mean of the training residuals' exponentials, so that the
+/// prediction is of the mean cost, not the median).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostModel {
+    pub weights: Vec<f32>,
+    pub bias: f32,
+    pub smearing: f64,
+}
+
+impl CostModel {
+    pub fn expected_cost(&self, features: &[f32]) -> f64 {
+        let log = self.bias as f64 + self.weights.iter().zip(features).map(|(&w, &x)| w as f64 * x as f64).sum::<f64>();
+        // A feature far outside the training range must not make a cost
+        // astronomically large or vanish: ±20 in log space is beyond any
+        // recorded cost ratio.
+        log.clamp(-20.0, 20.0).exp() * self.smearing
+    }
 }
 
 /// One training task: what each backend did on it, as recorded.
@@ -91,6 +124,13 @@ pub struct Head {
     pub backbone_checkpoint_id: String,
     pub hidden: usize,
     pub pooling: Pooling,
+    /// The depth it reads: the residual stream after this many layers (one
+    /// of the backbone's taps); absent, the final hidden state.
+    #[serde(default)]
+    pub after_layers: Option<usize>,
+    /// The cost each mode's λ weighs.
+    #[serde(default)]
+    pub cost_term: CostTerm,
     /// The `router_max_tokens` and truncation side of the training features.
     pub router_max_tokens: usize,
     pub truncation: TruncationSide,
@@ -101,6 +141,18 @@ pub struct Head {
     pub trained_on: String,
     pub evaluation: HeadEvaluation,
     pub training: TrainingSet,
+}
+
+impl Head {
+    /// The feature map it reads.
+    pub fn feature_map(&self) -> FeatureMap {
+        FeatureMap { after_layers: self.after_layers, pooling: self.pooling }
+    }
+
+    /// Values in its feature vector.
+    pub fn width(&self) -> usize {
+        self.pooling.width(self.hidden)
+    }
 }
 
 /// A head read from bytes, with the digest that names it.
@@ -131,8 +183,8 @@ impl LoadedHead {
             schema: String,
         }
         let schema: Schema = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        if schema.schema != HEAD_SCHEMA {
-            return Err(bad(format!("schema `{}`, expected `{HEAD_SCHEMA}`", schema.schema)));
+        if !READABLE_SCHEMAS.contains(&schema.schema.as_str()) {
+            return Err(bad(format!("schema `{}`, expected `{HEAD_SCHEMA}` (or the older `{}`)", schema.schema, READABLE_SCHEMAS[0])));
         }
         let head: Head = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
         if head.candidates.is_empty() {
@@ -141,9 +193,30 @@ impl LoadedHead {
         if head.hidden == 0 {
             return Err(bad("hidden size 0".into()));
         }
+        let width = head.width();
         for c in &head.candidates {
-            if c.weights.len() != head.hidden {
-                return Err(bad(format!("candidate `{}` has {} weights for hidden size {}", c.id, c.weights.len(), head.hidden)));
+            if c.weights.len() != width {
+                return Err(bad(format!(
+                    "candidate `{}` has {} weights for {} features ({} pooling of hidden size {})",
+                    c.id,
+                    c.weights.len(),
+                    width,
+                    head.pooling.name(),
+                    head.hidden
+                )));
+            }
+            if let Some(model) = &c.cost_model {
+                if model.weights.len() != width {
+                    return Err(bad(format!("candidate `{}`'s cost model has {} weights for {width} features", c.id, model.weights.len())));
+                }
+                if !(finite(&model.weights) && model.bias.is_finite() && model.smearing.is_finite() && model.smearing > 0.0) {
+                    return Err(bad(format!(
+                        "candidate `{}`'s cost model has a weight, bias or smearing that is not a finite number (smearing > 0)",
+                        c.id
+                    )));
+                }
+            } else if head.cost_term == CostTerm::Predicted {
+                return Err(bad(format!("cost term `predicted` but candidate `{}` has no cost model", c.id)));
             }
             let numbers_ok = c.bias.is_finite()
                 && finite(&c.weights)
@@ -181,6 +254,18 @@ impl LoadedHead {
         Ok(())
     }
 
+    /// The cost per candidate a mode's λ weighs for `features`, in pool order.
+    pub fn costs(&self, features: &[f32]) -> Vec<f64> {
+        self.head
+            .candidates
+            .iter()
+            .map(|c| match (self.head.cost_term, &c.cost_model) {
+                (CostTerm::Predicted, Some(model)) => model.expected_cost(features),
+                _ => c.mean_cost_usd,
+            })
+            .collect()
+    }
+
     /// P(resolve) per candidate, in pool order.
     pub fn probabilities(&self, features: &[f32]) -> Vec<f32> {
         self.head
@@ -203,7 +288,7 @@ impl LoadedHead {
             return vec![0.0; t.tasks.len()];
         }
         self.unit_rows
-            .chunks_exact(self.head.hidden)
+            .chunks_exact(self.head.width())
             .map(|row| row.iter().zip(&z).map(|(&r, v)| r as f64 * v).sum::<f64>() / norm)
             .collect()
     }
@@ -263,9 +348,9 @@ impl LoadedHead {
 /// Decodes and checks the training set, and scales its rows to unit length.
 fn unit_rows(head: &Head) -> std::result::Result<Vec<f32>, String> {
     let t = &head.training;
-    let (n, d, k) = (t.tasks.len(), head.hidden, head.candidates.len());
+    let (n, d, k) = (t.tasks.len(), head.width(), head.candidates.len());
     if t.mean.len() != d || t.scale.len() != d {
-        return Err(format!("{} means and {} scales for hidden size {d}", t.mean.len(), t.scale.len()));
+        return Err(format!("{} means and {} scales for {d} features", t.mean.len(), t.scale.len()));
     }
     if !finite(&t.mean) || t.scale.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
         return Err("a mean that is not finite or a scale that is not a positive finite number".into());

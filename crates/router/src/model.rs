@@ -415,6 +415,21 @@ pub struct Backbone {
     positions: usize,
     /// Hidden states to logits, for generation.
     lm_head: LmHead,
+    /// Layers applied at each depth whose hidden states a prefill keeps
+    /// beside the final ones ([`feature_taps`]).
+    taps: Vec<usize>,
+}
+
+/// The intermediate depths a prefill keeps: after a quarter, half and three
+/// quarters of the layers (rounded to the nearest). Middle layers often
+/// carry more of what a text is about than the last, which is shaped for
+/// predicting the next token; a trained head's study chooses among them.
+/// Fixed per layer count, so a segment's layout never depends on which
+/// head is attached, and a cached prefix serves every head.
+pub fn feature_taps(layers: usize) -> Vec<usize> {
+    let mut taps: Vec<usize> = (1..4).map(|q| (layers * q + 2) / 4).filter(|&t| t > 0 && t < layers).collect();
+    taps.dedup();
+    taps
 }
 
 impl Backbone {
@@ -485,13 +500,32 @@ impl Backbone {
             }
             _ => LmHead::Projection(Weights::load(ck, head_name, h.vocab, h.hidden, precision)?),
         };
-        Ok(Backbone { hparams: h, precision, embeddings, layers, output_norm, rope, positions, lm_head })
+        let taps = feature_taps(h.layers);
+        Ok(Backbone { hparams: h, precision, embeddings, layers, output_norm, rope, positions, lm_head, taps })
     }
 
-    /// The shape of one token's K/V state.
+    /// The shape of one token's state in a prefill's segment: its K/V, its
+    /// final hidden state and the taps' ([`Backbone::kv_layout`]
+    /// `.without_taps()` for a generating sequence).
     pub fn kv_layout(&self) -> KvLayout {
         let h = &self.hparams;
-        KvLayout { layers: h.layers, kv_heads: h.kv_heads, head_dim: h.head_dim, hidden: h.hidden }
+        KvLayout { layers: h.layers, kv_heads: h.kv_heads, head_dim: h.head_dim, hidden: h.hidden, taps: self.taps.len() }
+    }
+
+    /// The depths a prefill keeps hidden states of besides the final one,
+    /// as layers applied (ascending).
+    pub fn taps(&self) -> &[usize] {
+        &self.taps
+    }
+
+    /// The depth index [`crate::segment::Segment::at_depth`] reads for a
+    /// feature map's `after_layers` (`None`, the final state, is 0); `None`
+    /// when this backbone does not tap that depth.
+    pub fn depth_of(&self, after_layers: Option<usize>) -> Option<usize> {
+        match after_layers {
+            None => Some(0),
+            Some(layers) => self.taps.iter().position(|&t| t == layers).map(|k| k + 1),
+        }
     }
 
     /// Prefills `ids` after the tokens `prefix` holds and returns their new
@@ -626,6 +660,24 @@ impl Backbone {
                 rms_norm(out, post_ffw, eps);
             }
             add_rows(&mut x, out, h.hidden);
+            if let Some(tap) = self.taps.iter().position(|&t| t == l + 1) {
+                // `normed` is free until the next layer's norm: the tap
+                // reads the residual stream through the output norm, as
+                // the final state is read.
+                if spans.iter().any(|s| s.own.layout().taps > tap) {
+                    rms_norm_into(&x, &self.output_norm, eps, &mut normed);
+                    for (span, &first) in spans.iter_mut().zip(&offsets) {
+                        if span.own.layout().taps <= tap {
+                            continue;
+                        }
+                        let written = span.own.len();
+                        for i in 0..span.ids.len() {
+                            let (block, row) = span.own.slot(written + i);
+                            span.own.block_mut(block).tap_mut(tap, row).copy_from_slice(&normed[(first + i) * h.hidden..][..h.hidden]);
+                        }
+                    }
+                }
+            }
         }
         rms_norm_into(&x, &self.output_norm, eps, &mut normed);
         for (span, &first) in spans.iter_mut().zip(&offsets) {

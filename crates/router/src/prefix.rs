@@ -331,7 +331,7 @@ mod tests {
     use super::*;
     use crate::segment::KvLayout;
 
-    const LAYOUT: KvLayout = KvLayout { layers: 1, kv_heads: 1, head_dim: 8, hidden: 4 };
+    const LAYOUT: KvLayout = KvLayout { layers: 1, kv_heads: 1, head_dim: 8, hidden: 4, taps: 0 };
 
     /// A segment whose hidden state row `i` is `[first_token + i; 4]`, so a
     /// view's rows show which tokens they hold.

@@ -13,7 +13,8 @@ use sha2::{Digest, Sha256};
 use web_time::Instant;
 
 pub use crate::decision::{
-    BuildStage, Decision, FlopModel, GemmProbe, LoadTimings, PooledFeatures, PrefixReuse, Ranked, Scores, StageTimings, TruncationSide,
+    BuildStage, Decision, FeatureMap, FlopModel, GemmProbe, LoadTimings, PooledFeatures, Pooling, PrefixReuse, Ranked, Scores,
+    StageTimings, TruncationSide,
 };
 
 use crate::conversation::Conversation;
@@ -464,19 +465,43 @@ impl Router {
         Ok(())
     }
 
+    /// The feature maps this backbone offers a head: every tapped depth
+    /// and the final one, each with every pooling.
+    pub fn feature_maps(&self) -> Vec<FeatureMap> {
+        let depths = std::iter::once(None).chain(self.backbone.taps().iter().map(|&t| Some(t)));
+        depths.flat_map(|after_layers| Pooling::ALL.map(|pooling| FeatureMap { after_layers, pooling })).collect()
+    }
+
+    /// `map`'s features of a prefilled state (zeros when the backbone does
+    /// not tap its depth; a head reading one is refused when attached).
+    fn pool_map(&self, state: &crate::segment::KvState, map: FeatureMap) -> Vec<f32> {
+        let hidden = self.backbone.hparams.hidden;
+        match self.backbone.depth_of(map.after_layers) {
+            Some(depth) => state.pooled(depth, map.pooling, hidden, self.tokenizer.leading()),
+            None => vec![0.0; map.pooling.width(hidden)],
+        }
+    }
+
     /// Pooling → stack → score over a prefilled job's state, timing each
-    /// into its timings.
-    fn score(&self, job: &mut PendingDecide) -> (Scores, PooledFeatures) {
+    /// into its timings. `every_map`: pool every feature map (a study's
+    /// features), not only the ones the scoring reads.
+    fn score(&self, job: &mut PendingDecide, every_map: bool) -> (Scores, PooledFeatures) {
         let t = &mut job.timings;
         let hidden = self.backbone.hparams.hidden;
-        let lead = self.tokenizer.leading();
-        // Both poolings come from the same final hidden states (timed with
-        // the prefill that wrote them); the mean is the query the
-        // similarity scoring compares.
+        // Every pooling comes from the same hidden states (timed with the
+        // prefill that wrote them); the final mean is the query the
+        // similarity scoring compares, and a head reads its own map.
         let started = Instant::now();
-        let pooled = PooledFeatures { mean: job.state.mean_embedding(hidden, lead), last: job.state.last_embedding(hidden) };
+        let mut maps = vec![FeatureMap::FINAL_MEAN];
+        if every_map {
+            maps = self.feature_maps();
+        } else if let Some(head) = &self.head {
+            maps.push(head.head.feature_map());
+        }
+        maps.dedup();
+        let pooled = PooledFeatures { maps: maps.into_iter().map(|map| (map, self.pool_map(&job.state, map))).collect() };
         t.prefill_ms += elapsed_ms(started);
-        let query = &pooled.mean;
+        let query = pooled.get(FeatureMap::FINAL_MEAN).unwrap_or_default();
 
         // The stacked matrix is built once per pool load; per call this stage
         // only takes it and checks it fits the query.
@@ -488,7 +513,7 @@ impl Router {
         let started = Instant::now();
         let cosines: Vec<f32> = matrix.chunks_exact(hidden).map(|row| row.iter().zip(query).map(|(a, b)| a * b).sum()).collect();
         let scores = match &self.head {
-            Some(head) => head.probabilities(pooled.get(head.head.pooling)),
+            Some(head) => head.probabilities(pooled.get(head.head.feature_map()).unwrap_or_default()),
             None => softmax(&cosines, self.config.temperature),
         };
         t.score_ms = elapsed_ms(started);
@@ -513,14 +538,14 @@ impl Router {
         let (kept, tokens_total) = self.encode(routing_text, &mut timings)?;
         let mut job = PendingDecide::new(String::new(), 0.0, kept, tokens_total, timings);
         self.prefill_chunk(&mut job, usize::MAX)?;
-        let (mut scores, _) = self.score(&mut job);
+        let (mut scores, _) = self.score(&mut job, false);
         scores.timings.total_ms = elapsed_ms(started);
         Ok(scores)
     }
 
     /// The complete routing call, prefilling every kept token.
     pub fn decide(&self, conversation: &Conversation, mode: Option<&str>) -> Result<Decision> {
-        Ok(self.decide_in(conversation, mode, None)?.0)
+        Ok(self.decide_in(conversation, mode, None, false)?.0)
     }
 
     /// The complete routing call with prefix reuse: the longest prefix of
@@ -528,19 +553,19 @@ impl Router {
     /// rest is added to it. Rankings equal `decide`'s; scores agree to
     /// float rounding (summation order differs where a prefix is reused).
     pub fn decide_with_cache(&self, conversation: &Conversation, mode: Option<&str>, cache: &mut PrefixCache) -> Result<Decision> {
-        Ok(self.decide_in(conversation, mode, Some(cache))?.0)
+        Ok(self.decide_in(conversation, mode, Some(cache), false)?.0)
     }
 
     /// [`Router::decide`] (with a prefix cache when given one), also
-    /// returning the pooled final hidden states the scores came from: the
-    /// features a scoring head is trained on, from the same prefill.
+    /// returning every feature map of the same prefill ([`Router::feature_maps`]):
+    /// the features a scoring head is trained on.
     pub fn decide_with_features(
         &self,
         conversation: &Conversation,
         mode: Option<&str>,
         cache: Option<&mut PrefixCache>,
     ) -> Result<(Decision, PooledFeatures)> {
-        self.decide_in(conversation, mode, cache)
+        self.decide_in(conversation, mode, cache, true)
     }
 
     /// Attaches a trained scoring head (a head file's bytes; `file` names it
@@ -558,6 +583,12 @@ impl Router {
         let modes: Vec<&str> = self.pool.modes.keys().map(String::as_str).collect();
         head.check_fits(file, self.backbone.hparams.hidden, &ids, &modes)?;
         let bad = |reason: String| RouterError::Head { file: file.to_string(), reason };
+        if let (Some(layers), None) = (head.head.after_layers, self.backbone.depth_of(head.head.after_layers)) {
+            return Err(bad(format!(
+                "reads the hidden states after {layers} layers; this backbone keeps them after {:?} only",
+                self.backbone.taps()
+            )));
+        }
         if head.head.backbone_checkpoint_id != self.backbone_checkpoint_id {
             return Err(bad(format!(
                 "trained on checkpoint {}, this router runs {}",
@@ -590,6 +621,7 @@ impl Router {
         conversation: &Conversation,
         mode: Option<&str>,
         cache: Option<&mut PrefixCache>,
+        every_map: bool,
     ) -> Result<(Decision, PooledFeatures)> {
         let call = Instant::now();
         let mut job = self.begin_decide(conversation, mode)?;
@@ -599,7 +631,7 @@ impl Router {
             }
             Some(cache) => self.prefill_cached(&mut job, cache)?,
         }
-        let (mut decision, pooled) = self.conclude(job)?;
+        let (mut decision, pooled) = self.conclude(job, every_map)?;
         decision.timings.total_ms = elapsed_ms(call);
         Ok((decision, pooled))
     }
@@ -668,19 +700,19 @@ impl Router {
         self.prefill_chunk(&mut job, usize::MAX)?;
         let busy = job.busy_ms;
         let started = Instant::now();
-        let (mut decision, _) = self.conclude(job)?;
+        let (mut decision, _) = self.conclude(job, false)?;
         decision.timings.total_ms = busy + elapsed_ms(started);
         Ok(decision)
     }
 
     /// Pooling, scores, cost and ranking of a prefilled job.
-    fn conclude(&self, mut job: PendingDecide) -> Result<(Decision, PooledFeatures)> {
-        let (scores, pooled) = self.score(&mut job);
+    fn conclude(&self, mut job: PendingDecide, every_map: bool) -> Result<(Decision, PooledFeatures)> {
+        let (scores, pooled) = self.score(&mut job, every_map);
         let mut t = job.timings;
         let started = Instant::now();
         let costs: Vec<f64> = match &self.head {
-            // What the candidate spent per task on the head's training data.
-            Some(head) => head.head.candidates.iter().map(|c| c.mean_cost_usd).collect(),
+            // What the candidate spent per task on the head's training data, or its prediction for this task.
+            Some(head) => head.costs(pooled.get(head.head.feature_map()).unwrap_or_default()),
             // One call's price: the routing text in, the expected answer out.
             None => self
                 .pool
@@ -698,10 +730,11 @@ impl Router {
         let ranked = crate::decision::rank(&ids, &scores.scores, &scores.cosines, &costs, job.cost_weight);
         t.rank_ms = elapsed_ms(started);
         let started = Instant::now();
-        let confidence = self.head.as_ref().map(|head| head.confidence(pooled.get(head.head.pooling), &ranked));
+        let confidence = self.head.as_ref().map(|head| head.confidence(pooled.get(head.head.feature_map()).unwrap_or_default(), &ranked));
         t.confidence_ms = elapsed_ms(started);
         let scoring = self.head.as_ref().map_or_else(|| "similarity".to_string(), |h| h.id.clone());
         let decision = Decision {
+            cost_term: self.head.as_ref().map(|h| h.head.cost_term),
             confidence,
             scoring,
             mode: job.mode,

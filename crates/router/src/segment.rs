@@ -12,6 +12,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::decision::{Pooling, ENDS_WINDOW};
 use crate::kernels::NR;
 
 /// The shape of one token's state in a backbone.
@@ -22,6 +23,10 @@ pub struct KvLayout {
     pub head_dim: usize,
     /// Width of the final hidden state.
     pub hidden: usize,
+    /// Intermediate depths whose hidden states a token keeps beside its
+    /// final one (the backbone's feature taps; 0 for a generating
+    /// sequence, whose states only the next token reads).
+    pub taps: usize,
 }
 
 impl KvLayout {
@@ -39,10 +44,15 @@ impl KvLayout {
     }
 
     /// Bytes one token holds in a segment: its keys and values, and its
-    /// final hidden state (kept so that a reused prefix still counts in the
-    /// pooled embedding).
+    /// final and tapped hidden states (kept so that a reused prefix still
+    /// counts in the pooled features).
     pub fn bytes_per_token(&self) -> u64 {
-        self.kv_bytes_per_token() + (self.hidden * 4) as u64
+        self.kv_bytes_per_token() + ((1 + self.taps) * self.hidden * 4) as u64
+    }
+
+    /// The same layout keeping only the final hidden state.
+    pub fn without_taps(self) -> KvLayout {
+        KvLayout { taps: 0, ..self }
     }
 }
 
@@ -58,6 +68,9 @@ pub struct Segment {
     values: Vec<Vec<f32>>,
     /// Final hidden states after the output norm, `[tokens × hidden]`.
     hidden: Vec<f32>,
+    /// The tapped depths' hidden states (read through the output norm),
+    /// `[taps × tokens × hidden]`.
+    taps: Vec<f32>,
     /// How the prefill that wrote it spent its time: projections and
     /// attention, in ms (the stage shares a report shows).
     pub(crate) projections_ms: f64,
@@ -74,6 +87,7 @@ impl Segment {
             keys: (0..layout.layers).map(|_| vec![0.0; layout.kv_heads * per_head]).collect(),
             values: (0..layout.layers).map(|_| vec![0.0; layout.kv_heads * tokens * layout.value_width()]).collect(),
             hidden: vec![0.0; tokens * layout.hidden],
+            taps: vec![0.0; layout.taps * tokens * layout.hidden],
             projections_ms: 0.0,
             attention_ms: 0.0,
         }
@@ -115,6 +129,24 @@ impl Segment {
     /// The final hidden states of `rows`, `[rows × hidden]`.
     pub fn hidden(&self, rows: Range<usize>) -> &[f32] {
         &self.hidden[rows.start * self.layout.hidden..rows.end * self.layout.hidden]
+    }
+
+    /// The hidden states of `rows` at `depth` (0: the final ones; `k`: the
+    /// backbone's `k`-th tap), `[rows × hidden]`.
+    pub fn at_depth(&self, depth: usize, rows: Range<usize>) -> &[f32] {
+        match depth {
+            0 => self.hidden(rows),
+            k => {
+                let h = self.layout.hidden;
+                &self.taps[((k - 1) * self.tokens + rows.start) * h..((k - 1) * self.tokens + rows.end) * h]
+            }
+        }
+    }
+
+    /// Row `row`'s hidden state at tap `tap` (0-based), to write.
+    pub(crate) fn tap_mut(&mut self, tap: usize, row: usize) -> &mut [f32] {
+        let h = self.layout.hidden;
+        &mut self.taps[(tap * self.tokens + row) * h..][..h]
     }
 
     /// Layer `layer`'s keys and values as attention reads them.
@@ -201,34 +233,60 @@ impl KvState {
         }
     }
 
+    /// Every token's hidden state at `depth` ([`Segment::at_depth`]), in
+    /// token order.
+    fn rows_at(&self, depth: usize, hidden: usize) -> impl Iterator<Item = &[f32]> {
+        self.views.iter().flat_map(move |view| view.segment.at_depth(depth, view.rows.clone()).chunks_exact(hidden))
+    }
+
     /// The last token's final hidden state, L2-normalised (zeros for an
     /// empty sequence).
     pub fn last_embedding(&self, hidden: usize) -> Vec<f32> {
-        let Some(view) = self.views.last() else { return vec![0.0; hidden] };
-        let last = view.rows.end - 1;
-        let row = view.segment.hidden(last..last + 1);
-        let norm = row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt().max(1e-12);
-        row.iter().map(|&x| (x as f64 / norm) as f32).collect()
+        self.pooled(0, Pooling::Last, hidden, 0)
     }
 
     /// The pooled embedding of the sequence after its first `skip` tokens:
     /// the mean of their final hidden states (summed in token order, in
     /// f64), L2-normalised.
     pub fn mean_embedding(&self, hidden: usize, skip: usize) -> Vec<f32> {
-        let mut sum = vec![0f64; hidden];
-        let mut seen = 0;
-        for view in &self.views {
-            for row in view.segment.hidden(view.rows.clone()).chunks_exact(hidden) {
-                if seen >= skip {
-                    sum.iter_mut().zip(row).for_each(|(s, &x)| *s += x as f64);
-                }
-                seen += 1;
+        self.pooled(0, Pooling::Mean, hidden, skip)
+    }
+
+    /// The hidden states at `depth` of the tokens after the first `skip`,
+    /// pooled by `pooling` ([`Pooling`] says how; each mean is summed in
+    /// token order in f64 and L2-normalised). `pooling.width(hidden)` values.
+    pub fn pooled(&self, depth: usize, pooling: Pooling, hidden: usize, skip: usize) -> Vec<f32> {
+        let text = self.tokens.saturating_sub(skip);
+        match pooling {
+            Pooling::Mean => unit_mean(self.rows_at(depth, hidden).skip(skip), hidden),
+            Pooling::Last => match self.rows_at(depth, hidden).last() {
+                Some(row) => unit_mean(std::iter::once(row), hidden),
+                None => vec![0.0; hidden],
+            },
+            Pooling::Ends => {
+                let window = ENDS_WINDOW.min(text);
+                let mut out = unit_mean(self.rows_at(depth, hidden).skip(skip).take(window), hidden);
+                out.extend(unit_mean(self.rows_at(depth, hidden).skip(skip + text - window), hidden));
+                // Two unit vectors side by side: scaled to unit length as a whole.
+                out.iter_mut().for_each(|v| *v *= std::f32::consts::FRAC_1_SQRT_2);
+                out
             }
         }
-        let count = self.tokens.saturating_sub(skip).max(1) as f64;
-        let norm = sum.iter().map(|s| (s / count) * (s / count)).sum::<f64>().sqrt().max(1e-12);
-        sum.iter().map(|s| (s / count / norm) as f32).collect()
     }
+}
+
+/// The mean of `rows` (summed in order, in f64), L2-normalised; zeros for
+/// no rows.
+fn unit_mean<'a>(rows: impl Iterator<Item = &'a [f32]>, hidden: usize) -> Vec<f32> {
+    let mut sum = vec![0f64; hidden];
+    let mut count = 0usize;
+    for row in rows {
+        sum.iter_mut().zip(row).for_each(|(s, &x)| *s += x as f64);
+        count += 1;
+    }
+    let count = count.max(1) as f64;
+    let norm = sum.iter().map(|s| (s / count) * (s / count)).sum::<f64>().sqrt().max(1e-12);
+    sum.iter().map(|s| (s / count / norm) as f32).collect()
 }
 
 /// A sequence's own K/V, written as it grows: fixed-size blocks (pages),
@@ -265,6 +323,10 @@ impl PagedKv {
     /// Tokens written.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    pub fn layout(&self) -> KvLayout {
+        self.layout
     }
 
     pub fn is_empty(&self) -> bool {

@@ -220,6 +220,48 @@ pub fn fit(kernel: &Kernel, train: &[usize], y: impl Fn(usize) -> bool, reg: f64
     Fit { train: train.to_vec(), alpha }
 }
 
+/// A fitted regression of a candidate's log cost:
+/// `ln(cost) ≈ offset + Σ alpha_i k(train_i, x)`, and the smearing factor
+/// that turns its exponential into an expected cost.
+#[derive(Debug, Clone)]
+pub struct CostFit {
+    pub fit: Fit,
+    pub offset: f64,
+    pub smearing: f64,
+}
+
+impl CostFit {
+    /// The expected cost of `task` (USD).
+    pub fn expected(&self, kernel: &Kernel, task: usize) -> f64 {
+        (self.offset + self.fit.logit(kernel, task)).clamp(-20.0, 20.0).exp() * self.smearing
+    }
+}
+
+/// Kernel ridge regression of `ln(cost)` on the `train` tasks that have a
+/// cost (`cost(t)` is `None` for a failed run): `(K + reg I) α = y − ȳ`,
+/// the mean taken out first so that the bias, a feature like any other in
+/// the kernel, is not shrunk towards a cost of $1. Fewer than three costed
+/// tasks give the constant mean.
+pub fn fit_cost(kernel: &Kernel, train: &[usize], cost: impl Fn(usize) -> Option<f64>, reg: f64) -> CostFit {
+    let costed: Vec<(usize, f64)> = train.iter().filter_map(|&t| cost(t).filter(|c| *c > 0.0).map(|c| (t, c.ln()))).collect();
+    let n = costed.len();
+    let offset = costed.iter().map(|(_, y)| y).sum::<f64>() / n.max(1) as f64;
+    let constant = |offset: f64| CostFit { fit: Fit { train: Vec::new(), alpha: Vec::new() }, offset, smearing: 1.0 };
+    if n < 3 {
+        let mean = costed.iter().map(|(_, y)| y.exp()).sum::<f64>() / n.max(1) as f64;
+        return constant(if mean > 0.0 { mean.ln() } else { 0.0 });
+    }
+    let mut a: Vec<f64> = costed.iter().flat_map(|&(i, _)| costed.iter().map(move |&(j, _)| kernel.at(i, j))).collect();
+    (0..n).for_each(|i| a[i * n + i] += reg);
+    let mut alpha: Vec<f64> = costed.iter().map(|(_, y)| y - offset).collect();
+    if !cholesky_solve(&mut a, n, &mut alpha) {
+        return constant(offset);
+    }
+    let fit = Fit { train: costed.iter().map(|(t, _)| *t).collect(), alpha };
+    let smearing = costed.iter().map(|&(t, y)| (y - offset - fit.logit(kernel, t)).exp()).sum::<f64>() / n as f64;
+    CostFit { fit, offset, smearing }
+}
+
 /// Solves `A x = b` in place for a symmetric positive definite `A`
 /// (overwritten by its Cholesky factor); `false` if `A` is not.
 fn cholesky_solve(a: &mut [f64], n: usize, b: &mut [f64]) -> bool {
@@ -323,6 +365,39 @@ mod tests {
         let flat = fit(&kernel, &train, y, 100.0);
         let spread = |m: &Fit| m.probability(&kernel, 19) - m.probability(&kernel, 0);
         assert!(spread(&sharp) > 0.9 && spread(&flat) < 0.2, "{} {}", spread(&sharp), spread(&flat));
+    }
+
+    #[test]
+    fn a_cost_model_learns_costs_that_follow_a_feature_and_skips_failed_runs() {
+        // Cost grows tenfold along the first feature; the second is noise.
+        let features: Vec<Vec<f32>> = (0..60).map(|i| vec![(i % 20) as f32 / 19.0, ((i * 7) % 5) as f32]).collect();
+        let cost = |t: usize| 10f64.powf(-3.0 + features[t][0] as f64);
+        let train: Vec<usize> = (0..50).collect();
+        let (kernel, _) = dense_kernel(&features, &train);
+        // A failed run (None) and a zero cost are left out, not learned as cheap.
+        let fitted = fit_cost(
+            &kernel,
+            &train,
+            |t| {
+                if t == 3 {
+                    None
+                } else if t == 4 {
+                    Some(0.0)
+                } else {
+                    Some(cost(t))
+                }
+            },
+            0.01,
+        );
+        assert_eq!(fitted.fit.train.len(), 48);
+        for t in 50..60 {
+            let ratio = fitted.expected(&kernel, t) / cost(t);
+            assert!((0.8..1.25).contains(&ratio), "task {t}: predicted {} for {}", fitted.expected(&kernel, t), cost(t));
+        }
+        // Heavy regularisation leaves the (smeared) mean of the costs.
+        let flat = fit_cost(&kernel, &train, |t| Some(cost(t)), 1e6);
+        let mean = train.iter().map(|&t| cost(t)).sum::<f64>() / 50.0;
+        assert!((flat.expected(&kernel, 55) / mean - 1.0).abs() < 0.05, "{} vs {mean}", flat.expected(&kernel, 55));
     }
 
     #[test]

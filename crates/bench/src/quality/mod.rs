@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use data::{Cell, DataError, Dataset, Subset, Task};
 use learn::{Fit, Kernel};
+pub use router::CostTerm;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -271,6 +272,10 @@ pub struct Selected {
     pub fits: Vec<Fit>,
     /// Mean recorded cost per model on the training tasks.
     pub mean_cost: Vec<f64>,
+    /// Per model: its cost on a task, predicted from the same features.
+    pub cost_fits: Vec<learn::CostFit>,
+    /// The cost the modes weigh, chosen by the inner CV.
+    pub cost_term: CostTerm,
     /// λ per mode, in [`MODES`] order.
     pub lambdas: [f64; 3],
 }
@@ -279,15 +284,61 @@ impl Selected {
     pub fn probabilities(&self, kernels: &KernelSet, task: usize) -> Vec<f64> {
         self.fits.iter().map(|f| f.probability(&kernels[self.features].1, task)).collect()
     }
+
+    /// Each model's predicted cost on `task`.
+    pub fn predicted_costs(&self, kernels: &KernelSet, task: usize) -> Vec<f64> {
+        self.cost_fits.iter().map(|f| f.expected(&kernels[self.features].1, task)).collect()
+    }
+
+    /// The costs the modes weigh for `task`, by the chosen cost term.
+    pub fn costs(&self, kernels: &KernelSet, task: usize) -> Vec<f64> {
+        match self.cost_term {
+            CostTerm::Mean => self.mean_cost.clone(),
+            CostTerm::Predicted => self.predicted_costs(kernels, task),
+        }
+    }
 }
 
 fn fit_all(data: &Dataset, kernel: &Kernel, train: &[usize], reg: f64) -> Vec<Fit> {
     (0..data.models.len()).map(|m| learn::fit(kernel, train, |t| data.cells[t][m].resolved, reg)).collect()
 }
 
+/// A recorded cost the cost model may learn from: none for a failed run
+/// (recorded at $0 before anything ran; its imputed cost is not the model's).
+fn recorded_cost(data: &Dataset, task: usize, model: usize) -> Option<f64> {
+    let cell = data.cells[task][model];
+    (!cell.failed_run).then_some(cell.cost_usd)
+}
+
+fn fit_costs(data: &Dataset, kernel: &Kernel, train: &[usize], reg: f64) -> Vec<learn::CostFit> {
+    (0..data.models.len()).map(|m| learn::fit_cost(kernel, train, |t| recorded_cost(data, t, m), reg)).collect()
+}
+
+/// The ridge strength of the cost models: the lowest squared error of
+/// `ln(cost)` out of fold over `inner`, summed over the models.
+fn select_cost_reg(data: &Dataset, kernel: &Kernel, inner: &[Vec<usize>], regs: &[f64]) -> f64 {
+    let error = |reg: f64| -> f64 {
+        let mut sum = 0.0;
+        for (i, val) in inner.iter().enumerate() {
+            let fit_on: Vec<usize> = inner.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, f)| f.iter().copied()).collect();
+            for (m, fit) in fit_costs(data, kernel, &fit_on, reg).iter().enumerate() {
+                for &t in val {
+                    if let Some(cost) = recorded_cost(data, t, m).filter(|c| *c > 0.0) {
+                        sum += ((fit.offset + fit.fit.logit(kernel, t)) - cost.ln()).powi(2);
+                    }
+                }
+            }
+        }
+        sum
+    };
+    regs.iter().map(|&reg| (reg, error(reg))).min_by(|a, b| a.1.total_cmp(&b.1)).map_or(1.0, |(reg, _)| reg)
+}
+
 /// Chooses the feature map and regularisation by inner CV on `train` (most
-/// resolved at λ = 0, then the lower log loss), each mode's λ on the same
-/// out-of-fold predictions, and fits every model on all of `train`.
+/// resolved at λ = 0, then the lower log loss), the cost models' ridge
+/// strength (squared error of log cost), the cost term and each mode's λ
+/// on the same out-of-fold predictions, and fits every model on all of
+/// `train`.
 pub fn select_and_fit(data: &Dataset, kernels: &KernelSet, train: &[usize], settings: &CvSettings, seed: u64) -> Selected {
     let models = data.models.len();
     let inner = learn::folds(train, settings.inner_folds, seed);
@@ -336,52 +387,88 @@ pub fn select_and_fit(data: &Dataset, kernels: &KernelSet, train: &[usize], sett
         }
     }
     let Tried { features, reg, oof, .. } = best.expect("at least one feature map and one regularisation strength");
+    let kernel = &kernels[features].1;
 
-    // Each mode's λ, on the out-of-fold predictions of the chosen setting.
-    let at = |lambda: f64| {
-        train.iter().fold((0.0, 0.0), |(r, c), &t| {
-            let cell = data.cells[t][data.pick(&oof[t], &mean_cost, lambda)];
-            (r + cell.resolved as u8 as f64, c + cell.cost_usd)
-        })
-    };
-    let points: Vec<(f64, f64, f64)> = settings
-        .lambdas
-        .iter()
-        .map(|&l| {
-            let (resolved, cost) = at(l);
-            (l, resolved, cost)
-        })
-        .collect();
+    // The cost models on the chosen features, and their out-of-fold
+    // predictions (each inner fold's from the other inner folds).
+    let cost_reg = select_cost_reg(data, kernel, &inner, &settings.regs);
+    let mut oof_cost = vec![Vec::new(); data.tasks.len()];
+    for (i, val) in inner.iter().enumerate() {
+        let fit_on: Vec<usize> = inner.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, f)| f.iter().copied()).collect();
+        let fits = fit_costs(data, kernel, &fit_on, cost_reg);
+        for &t in val {
+            oof_cost[t] = fits.iter().map(|fit| fit.expected(kernel, t)).collect();
+        }
+    }
+
+    // Each mode's λ, on the out-of-fold predictions of the chosen setting,
+    // for each cost term.
     let single = (0..models)
         .map(|m| train.iter().fold((0.0, 0.0), |(r, c), &t| (r + data.cells[t][m].resolved as u8 as f64, c + data.cells[t][m].cost_usd)))
         .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)))
         .unwrap_or((0.0, 0.0));
-    // As good as the best single model, as cheap as possible: what a
-    // cost-aware router has to offer over always sending to that model.
-    let balanced = points
-        .iter()
-        .filter(|p| p.1 >= single.0)
-        .min_by(|a, b| a.2.total_cmp(&b.2).then(b.1.total_cmp(&a.1)))
-        .or_else(|| points.iter().max_by(|a, b| a.1.total_cmp(&b.1).then(b.2.total_cmp(&a.2))))
-        .map_or(0.0, |p| p.0);
-    let economy = points
-        .iter()
-        .filter(|p| p.2 > 0.0)
-        .max_by(|a, b| (a.1 / a.2).total_cmp(&(b.1 / b.2)).then(a.1.total_cmp(&b.1)))
-        .map_or(0.0, |p| p.0);
-    let fits = fit_all(data, &kernels[features].1, train, reg);
-    Selected { features, reg, fits, mean_cost, lambdas: [0.0, balanced, economy] }
+    let lambdas_for = |term: CostTerm| -> ([f64; 3], (bool, f64)) {
+        let cost_of = |t: usize| match term {
+            CostTerm::Mean => mean_cost.as_slice(),
+            CostTerm::Predicted => oof_cost[t].as_slice(),
+        };
+        let points: Vec<(f64, f64, f64)> = settings
+            .lambdas
+            .iter()
+            .map(|&lambda| {
+                let (resolved, cost) = train.iter().fold((0.0, 0.0), |(r, c), &t| {
+                    let cell = data.cells[t][data.pick(&oof[t], cost_of(t), lambda)];
+                    (r + cell.resolved as u8 as f64, c + cell.cost_usd)
+                });
+                (lambda, resolved, cost)
+            })
+            .collect();
+        // As good as the best single model, as cheap as possible: what a
+        // cost-aware router has to offer over always sending to that model.
+        let reaching = points.iter().filter(|p| p.1 >= single.0).min_by(|a, b| a.2.total_cmp(&b.2).then(b.1.total_cmp(&a.1)));
+        let most = points.iter().max_by(|a, b| a.1.total_cmp(&b.1).then(b.2.total_cmp(&a.2)));
+        let balanced = reaching.or(most);
+        let economy = points
+            .iter()
+            .filter(|p| p.2 > 0.0)
+            .max_by(|a, b| (a.1 / a.2).total_cmp(&(b.1 / b.2)).then(a.1.total_cmp(&b.1)))
+            .map_or(0.0, |p| p.0);
+        // How good the balanced point is: reaching the single model (then
+        // the cheaper the better), else resolving more.
+        let merit = match (reaching, most) {
+            (Some(p), _) => (true, -p.2),
+            (None, Some(p)) => (false, p.1),
+            (None, None) => (false, 0.0),
+        };
+        ([0.0, balanced.map_or(0.0, |p| p.0), economy], merit)
+    };
+    let (mean_lambdas, mean_merit) = lambdas_for(CostTerm::Mean);
+    let (predicted_lambdas, predicted_merit) = lambdas_for(CostTerm::Predicted);
+    // The prediction has to earn its place: strictly better on the training
+    // folds (reaching first, then cheaper or resolving more: the tuples'
+    // order).
+    let (cost_term, lambdas) =
+        if predicted_merit > mean_merit { (CostTerm::Predicted, predicted_lambdas) } else { (CostTerm::Mean, mean_lambdas) };
+    let fits = fit_all(data, kernel, train, reg);
+    let cost_fits = fit_costs(data, kernel, train, cost_reg);
+    Selected { features, reg, fits, mean_cost, cost_fits, cost_term, lambdas }
 }
 
 /// One seed of the outer cross-validation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeedOutcome {
     pub seed: u64,
-    /// `[λ index][task]`: the model picked at each λ of the grid.
+    /// `[λ index][task]`: the model picked at each λ of the grid, weighing
+    /// each model's mean training cost.
     pub by_lambda: Vec<Vec<usize>>,
-    /// `[mode][task]`, in [`MODES`] order, with the λ the inner CV chose.
+    /// The same weighing each model's predicted cost on the task.
+    #[serde(default)]
+    pub by_lambda_predicted: Vec<Vec<usize>>,
+    /// `[mode][task]`, in [`MODES`] order, with the λ and cost term the
+    /// inner CV chose.
     pub by_mode: Vec<Vec<usize>>,
-    /// Per outer fold: the chosen feature map's name, regularisation and λs.
+    /// Per outer fold: the chosen feature map's name (and cost term),
+    /// regularisation and λs.
     pub chosen: Vec<(String, f64, [f64; 3])>,
     /// `[task][model]`: the out-of-fold P(resolve).
     #[serde(default)]
@@ -396,6 +483,10 @@ pub struct SeedOutcome {
     pub nearest: Vec<f64>,
     #[serde(default)]
     pub unlike: Vec<bool>,
+    /// `[task][model]`: the out-of-fold predicted cost, and the recorded
+    /// one's ratio to it is what [`cost_prediction`] summarises.
+    #[serde(default)]
+    pub predicted_cost: Vec<Vec<f64>>,
 }
 
 /// One seed of `folds`-fold cross-validation: each fold's tasks are scored
@@ -407,9 +498,11 @@ pub fn cross_validate_seed(data: &Dataset, kernels_for: &dyn Fn(&[usize]) -> Ker
     let all: Vec<usize> = (0..n).collect();
     let outer = learn::folds(&all, settings.folds, seed);
     let mut by_lambda = vec![vec![0; n]; settings.lambdas.len()];
+    let mut by_lambda_predicted = vec![vec![0; n]; settings.lambdas.len()];
     let mut by_mode = vec![vec![0; n]; MODES.len()];
     let mut chosen = Vec::new();
     let mut oof = vec![Vec::new(); n];
+    let mut predicted_cost = vec![Vec::new(); n];
     let mut runner_up = vec![vec![(0, 0.0); n]; MODES.len()];
     let (mut nearest, mut unlike) = (vec![0.0; n], vec![false; n]);
     for (f, test) in outer.iter().enumerate() {
@@ -420,21 +513,78 @@ pub fn cross_validate_seed(data: &Dataset, kernels_for: &dyn Fn(&[usize]) -> Ker
         let threshold = doubt::novelty_threshold(kernel, &train);
         for &t in test {
             let p = selected.probabilities(&kernels, t);
+            let predicted = selected.predicted_costs(&kernels, t);
             for (l, &lambda) in settings.lambdas.iter().enumerate() {
                 by_lambda[l][t] = data.pick(&p, &selected.mean_cost, lambda);
+                by_lambda_predicted[l][t] = data.pick(&p, &predicted, lambda);
             }
+            let costs = selected.costs(&kernels, t);
             for (m, &lambda) in selected.lambdas.iter().enumerate() {
-                let (first, second, margin) = doubt::first_two(data, &p, &selected.mean_cost, lambda);
+                let (first, second, margin) = doubt::first_two(data, &p, &costs, lambda);
                 by_mode[m][t] = first;
                 runner_up[m][t] = (second, margin);
             }
             nearest[t] = doubt::nearest(kernel, t, &train).0;
             unlike[t] = nearest[t] < threshold;
             oof[t] = p;
+            predicted_cost[t] = predicted;
         }
-        chosen.push((kernels[selected.features].0.clone(), selected.reg, selected.lambdas));
+        chosen.push((format!("{} · {} cost", kernels[selected.features].0, selected.cost_term.name()), selected.reg, selected.lambdas));
     }
-    SeedOutcome { seed, by_lambda, by_mode, chosen, oof, runner_up, nearest, unlike }
+    SeedOutcome { seed, by_lambda, by_lambda_predicted, by_mode, chosen, oof, runner_up, nearest, unlike, predicted_cost }
+}
+
+/// How well the cost models predict, out of fold: per model, the median
+/// and 90th percentile of `|ln(recorded ÷ predicted)|` over the tasks
+/// with a recorded cost, against the same for its mean training cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostPrediction {
+    pub model: String,
+    pub tasks: usize,
+    pub median_log_error: f64,
+    pub p90_log_error: f64,
+    pub median_log_error_of_mean: f64,
+    pub p90_log_error_of_mean: f64,
+}
+
+/// [`CostPrediction`] per model over every seed's out-of-fold predictions
+/// (`mean_costs[seed][task][model]`: the mean cost its fold trained with).
+pub fn cost_prediction(data: &Dataset, outcomes: &[SeedOutcome]) -> Vec<CostPrediction> {
+    let quantile = |mut v: Vec<f64>, q: f64| -> f64 {
+        if v.is_empty() {
+            return 0.0;
+        }
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    };
+    (0..data.models.len())
+        .map(|m| {
+            let mut predicted = Vec::new();
+            let mut of_mean = Vec::new();
+            for o in outcomes.iter().filter(|o| o.predicted_cost.len() == data.tasks.len()) {
+                // The mean cost a fold trained with, recovered per fold from
+                // its training tasks, is approximated by the mean over all
+                // other tasks (leave-one-out), which differs from the fold's
+                // by at most the spread of one fold's share.
+                for t in 0..data.tasks.len() {
+                    let Some(recorded) = recorded_cost(data, t, m).filter(|c| *c > 0.0) else { continue };
+                    let Some(&p) = o.predicted_cost[t].get(m) else { continue };
+                    predicted.push((recorded / p).ln().abs());
+                    let others = (0..data.tasks.len()).filter(|&u| u != t).map(|u| data.cells[u][m].cost_usd).sum::<f64>()
+                        / (data.tasks.len() - 1).max(1) as f64;
+                    of_mean.push((recorded / others).ln().abs());
+                }
+            }
+            CostPrediction {
+                model: data.models[m].clone(),
+                tasks: predicted.len() / outcomes.len().max(1),
+                median_log_error: quantile(predicted.clone(), 0.5),
+                p90_log_error: quantile(predicted, 0.9),
+                median_log_error_of_mean: quantile(of_mean.clone(), 0.5),
+                p90_log_error_of_mean: quantile(of_mean, 0.9),
+            }
+        })
+        .collect()
 }
 
 /// A point of a cost–quality curve (all tasks).
@@ -454,12 +604,23 @@ pub struct Curve {
 
 /// The curve of CV outcomes over the λ grid, on all tasks.
 pub fn cv_curve(data: &Dataset, policy: &str, outcomes: &[SeedOutcome], lambdas: &[f64]) -> Curve {
+    curve_of(data, policy, lambdas, &outcomes.iter().map(|o| &o.by_lambda).collect::<Vec<_>>())
+}
+
+/// [`cv_curve`] with each model's cost predicted per task.
+pub fn cv_curve_predicted(data: &Dataset, policy: &str, outcomes: &[SeedOutcome], lambdas: &[f64]) -> Curve {
+    curve_of(data, policy, lambdas, &outcomes.iter().map(|o| &o.by_lambda_predicted).collect::<Vec<_>>())
+}
+
+/// A curve from each seed's picks `[λ index][task]`.
+fn curve_of(data: &Dataset, policy: &str, lambdas: &[f64], per_seed: &[&Vec<Vec<usize>>]) -> Curve {
     let all = data.indices(Subset::All);
     let points = lambdas
         .iter()
         .enumerate()
+        .filter(|(l, _)| per_seed.iter().all(|picks| picks.len() > *l))
         .map(|(l, &lambda)| {
-            let t: Vec<Totals> = outcomes.iter().map(|o| totals(data, &o.by_lambda[l], &all)).collect();
+            let t: Vec<Totals> = per_seed.iter().map(|picks| totals(data, &picks[l], &all)).collect();
             CurvePoint {
                 lambda,
                 resolved: Stat::of(&t.iter().map(|x| x.resolved).collect::<Vec<_>>()),
@@ -578,6 +739,120 @@ pub struct QualityStudy {
     /// Resolved and cost of the head's decisions flagged unsure and not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub doubt: Option<doubt::DoubtStudy>,
+    /// How well the head's per-task cost models predict, out of fold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cost_prediction: Vec<CostPrediction>,
+}
+
+/// One backbone's study in a line: "does a bigger router buy better
+/// routing?" answered from each backbone's own report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackboneRow {
+    /// The provenance's description (`gemma3, 18 layers, hidden 640, …`).
+    pub backbone: String,
+    pub checkpoint_id: String,
+    pub head_id: Option<String>,
+    pub similarity_quality: Option<f64>,
+    pub similarity_balanced: Option<f64>,
+    pub head_quality: Option<PolicyRow>,
+    pub head_balanced: Option<PolicyRow>,
+    /// The most each head curve (mean costs, predicted costs) resolves
+    /// within the best single model's cost, with that point's cost.
+    pub within_best_single: Vec<(String, Option<(f64, f64)>)>,
+    /// The best single model's name, resolved and cost.
+    pub best_single: Option<(String, f64, f64)>,
+    /// Median prefilling decide per task (ms).
+    pub decide_p50_ms: Option<f64>,
+    /// What the deployable head reads and weighs.
+    pub head_trained_on: Option<String>,
+}
+
+impl Curve {
+    /// The point resolving most (then the cheaper) at a cost of at most `cost`.
+    pub fn best_within(&self, cost: f64) -> Option<&CurvePoint> {
+        self.points
+            .iter()
+            .filter(|p| p.cost_usd.mean <= cost)
+            .max_by(|a, b| a.resolved.mean.total_cmp(&b.resolved.mean).then(b.cost_usd.mean.total_cmp(&a.cost_usd.mean)))
+    }
+}
+
+impl QualityStudy {
+    /// The always-X baseline resolving most on all tasks (then the cheaper).
+    pub fn best_single(&self) -> Option<&PolicyRow> {
+        self.rows
+            .iter()
+            .filter(|r| r.subset == Subset::All && r.family == Family::Baseline && r.policy.starts_with("always "))
+            .max_by(|a, b| a.resolved.mean.total_cmp(&b.resolved.mean).then(b.cost_usd.mean.total_cmp(&a.cost_usd.mean)))
+    }
+
+    /// This study's [`BackboneRow`]; `backbone` and `checkpoint_id` from its report.
+    pub fn backbone_row(&self, backbone: &str, checkpoint_id: &str) -> BackboneRow {
+        let row = |policy: &str| self.rows.iter().find(|r| r.subset == Subset::All && r.policy == policy).cloned();
+        let best = self.best_single();
+        let within_best_single = self
+            .curves
+            .iter()
+            .filter(|c| c.policy.starts_with("router, trained head"))
+            .map(|c| {
+                let point = best.and_then(|best| c.best_within(best.cost_usd.mean)).map(|p| (p.resolved.mean, p.cost_usd.mean));
+                (c.policy.trim_start_matches("router, trained head (CV)").trim_start_matches(", ").to_string(), point)
+            })
+            .collect();
+        BackboneRow {
+            backbone: backbone.to_string(),
+            checkpoint_id: checkpoint_id.to_string(),
+            head_id: self.head.as_ref().map(|h| h.id.clone()),
+            similarity_quality: row("router, similarity scoring, quality").map(|r| r.resolved.mean),
+            similarity_balanced: row("router, similarity scoring, balanced").map(|r| r.resolved.mean),
+            head_quality: row("router, trained head (CV), quality"),
+            head_balanced: row("router, trained head (CV), balanced"),
+            within_best_single,
+            best_single: best.map(|b| (b.policy.trim_start_matches("always ").to_string(), b.resolved.mean, b.cost_usd.mean)),
+            decide_p50_ms: self.decide.map(|d| d.p50),
+            head_trained_on: self.head.as_ref().map(|h| h.trained_on.clone()),
+        }
+    }
+}
+
+impl BackboneRow {
+    /// "111.8 at $16.93" per head curve, "none" where no point is within.
+    pub fn within_label(&self) -> String {
+        self.within_best_single
+            .iter()
+            .map(|(curve, point)| {
+                let costs = if curve.is_empty() { "mean costs" } else { "per-task costs" };
+                match point {
+                    Some((resolved, cost)) => format!("{resolved:.1} at {} ({costs})", money(*cost)),
+                    None => format!("none ({costs})"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// The per-backbone table, in Markdown.
+pub fn backbone_table(rows: &[BackboneRow]) -> String {
+    let mut out = String::from(
+        "| backbone | similarity, quality / balanced | head (CV), quality | head (CV), balanced | head's λ curve within the best single's cost | decide p50 |\n|---|---:|---:|---:|---|---:|\n",
+    );
+    let opt = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.0}"));
+    let policy =
+        |r: &Option<PolicyRow>| r.as_ref().map_or("—".to_string(), |r| format!("{} at {}", count(&r.resolved), money(r.cost_usd.mean)));
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} / {} | {} | {} | {} | {} |\n",
+            r.backbone,
+            opt(r.similarity_quality),
+            opt(r.similarity_balanced),
+            policy(&r.head_quality),
+            policy(&r.head_balanced),
+            r.within_label(),
+            r.decide_p50_ms.map_or("—".to_string(), crate::fmt::format_ms)
+        ));
+    }
+    out
 }
 
 /// The failed-run rule, as reports state it.
@@ -661,18 +936,10 @@ impl QualityStudy {
                 format!("Cost-blind, the backbone's features do not beat TF-IDF of the prompt text: {numbers}.")
             });
         }
-        let best = self
-            .rows
-            .iter()
-            .filter(|r| r.subset == Subset::All && r.family == Family::Baseline && r.policy.starts_with("always "))
-            .max_by(|a, b| a.resolved.mean.total_cmp(&b.resolved.mean).then(b.cost_usd.mean.total_cmp(&a.cost_usd.mean)));
+        let best = self.best_single();
         if let Some(best) = best {
             for curve in &self.curves {
-                let within = curve
-                    .points
-                    .iter()
-                    .filter(|p| p.cost_usd.mean <= best.cost_usd.mean)
-                    .max_by(|a, b| a.resolved.mean.total_cmp(&b.resolved.mean).then(b.cost_usd.mean.total_cmp(&a.cost_usd.mean)));
+                let within = curve.best_within(best.cost_usd.mean);
                 out.push(match within {
                     Some(p) if p.resolved.mean >= best.resolved.mean => format!(
                         "Cost-aware, {} reaches {} ({:.0} at {}): {:.1} at {} (λ = {}).",
@@ -702,6 +969,7 @@ impl QualityStudy {
                     ),
                 });
             }
+            out.extend(self.cost_prediction_verdict(best));
         }
         let random = self.rows.iter().find(|r| r.subset == Subset::All && r.policy.starts_with("random"));
         if let (Some(similarity), Some(random)) = (row("router, similarity scoring, quality"), random) {
@@ -715,6 +983,55 @@ impl QualityStudy {
             out.push(format!(
                 "The untrained similarity scoring resolves {:.0} cost-blind, against random's {:.1} ± {:.1}: {verdict}.",
                 similarity.resolved.mean, random.resolved.mean, random.resolved.std
+            ));
+        }
+        out
+    }
+
+    /// Whether predicting each task's cost moves the head's cost–quality
+    /// curve: the cheapest point of each curve that resolves as many as
+    /// `best` (the best single model), and the most either resolves within
+    /// its cost.
+    fn cost_prediction_verdict(&self, best: &PolicyRow) -> Option<String> {
+        let curve = |policy: &str| self.curves.iter().find(|c| c.policy == policy);
+        let (mean, predicted) = (curve("router, trained head (CV)")?, curve("router, trained head (CV), per-task cost")?);
+        let cheapest_reaching = |c: &Curve| {
+            c.points
+                .iter()
+                .filter(|p| p.resolved.mean >= best.resolved.mean)
+                .min_by(|a, b| a.cost_usd.mean.total_cmp(&b.cost_usd.mean))
+                .map_or_else(|| "none".to_string(), |p| format!("{} (λ = {})", money(p.cost_usd.mean), p.lambda))
+        };
+        let most_within = |c: &Curve| c.best_within(best.cost_usd.mean).map_or(f64::NAN, |p| p.resolved.mean);
+        let (m, p) = (most_within(mean), most_within(predicted));
+        let moved = if p.is_nan() || m.is_nan() || (p - m).abs() < 1.0 {
+            "does not move the curve by a task"
+        } else if p > m {
+            "moves the curve up"
+        } else {
+            "moves the curve down"
+        };
+        Some(format!(
+            "Per-task cost prediction {moved}: within {}'s {} the head resolves at most {:.1} weighing mean costs, {:.1} weighing predicted ones; the cheapest point resolving {:.0}: {} with mean costs, {} with predicted ones.",
+            best.policy,
+            money(best.cost_usd.mean),
+            m,
+            p,
+            best.resolved.mean,
+            cheapest_reaching(mean),
+            cheapest_reaching(predicted)
+        ))
+    }
+
+    /// The cost models' out-of-fold error against each model's mean cost.
+    pub fn cost_prediction_table(&self) -> String {
+        let mut out = String::from(
+            "### Per-task cost prediction, out of fold (all seeds)\n\nThe error is the absolute log ratio of recorded to predicted cost (0.69 is a factor of 2), against predicting each candidate's mean cost.\n\n| candidate | tasks with a cost | median error | p90 error | median error, mean cost | p90 error, mean cost |\n|---|---:|---:|---:|---:|---:|\n",
+        );
+        for c in &self.cost_prediction {
+            out.push_str(&format!(
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
+                c.model, c.tasks, c.median_log_error, c.p90_log_error, c.median_log_error_of_mean, c.p90_log_error_of_mean
             ));
         }
         out
@@ -735,6 +1052,9 @@ impl QualityStudy {
         }
         if !self.calibration.is_empty() {
             out.push_str(&format!("\n{}", self.calibration_table()));
+        }
+        if !self.cost_prediction.is_empty() {
+            out.push_str(&format!("\n{}", self.cost_prediction_table()));
         }
         if let Some(doubt) = &self.doubt {
             out.push_str(&format!("\n{}", doubt.table()));
@@ -995,6 +1315,7 @@ mod tests {
             per_task: Vec::new(),
             calibration: Vec::new(),
             doubt: None,
+            cost_prediction: Vec::new(),
         };
         // The policies' names reach the page's figures from imported reports.
         let mut hostile = study.clone();
@@ -1017,6 +1338,34 @@ mod tests {
         assert!(v[1].starts_with("Cost-aware, cheap router reaches always big (30 at $300.00): 30.0 at $200.00"), "{v:?}");
         assert!(v[2].contains("weak router does not reach always big") && v[2].contains("at most 20.0 (λ = 1, $100.00)"), "{v:?}");
         assert!(v[3].starts_with("The untrained similarity scoring resolves 8 cost-blind"), "{v:?}");
+
+        // The head's two curves: predicting each task's cost reaches the
+        // best single model's 30 at $250 where the mean costs never do.
+        let mut with_costs = study.clone();
+        with_costs.curves = vec![
+            Curve { policy: "router, trained head (CV)".into(), points: vec![point(0.0, 29.0, 350.0), point(1.0, 25.0, 150.0)] },
+            Curve {
+                policy: "router, trained head (CV), per-task cost".into(),
+                points: vec![point(0.0, 30.0, 350.0), point(1.0, 30.0, 250.0)],
+            },
+        ];
+        let v = with_costs.verdicts();
+        let moved = v.iter().find(|l| l.starts_with("Per-task cost prediction")).expect("a line on the cost prediction");
+        assert_eq!(
+            moved,
+            "Per-task cost prediction moves the curve up: within always big's $300.00 the head resolves at most 25.0 weighing mean costs, 30.0 weighing predicted ones; the cheapest point resolving 30: none with mean costs, $250.00 (λ = 1) with predicted ones."
+        );
+        // The same figures in the per-backbone comparison.
+        let row = with_costs.backbone_row("llama, 30 layers", "gguf-1");
+        assert_eq!(row.best_single, Some(("big".to_string(), 30.0, 300.0)));
+        assert_eq!(row.head_quality.as_ref().map(|r| r.resolved.mean), Some(15.0), "the head always picks mid");
+        assert_eq!(row.within_label(), "25.0 at $150.00 (mean costs); 30.0 at $250.00 (per-task costs)");
+        assert!(
+            backbone_table(std::slice::from_ref(&row))
+                .contains("| llama, 30 layers | 8 / — | 15 at $60.00 | — | 25.0 at $150.00 (mean costs)"),
+            "{}",
+            backbone_table(std::slice::from_ref(&row))
+        );
     }
 
     #[test]

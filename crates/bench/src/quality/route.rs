@@ -4,7 +4,7 @@
 //! with the same function.
 
 use router::head::LoadedHead;
-use router::{Conversation, PooledFeatures, PrefixCache, Router, RouterError};
+use router::{Conversation, FeatureMap, PooledFeatures, PrefixCache, Router, RouterError};
 
 use super::RoutedTask;
 
@@ -75,9 +75,9 @@ pub struct Routed {
 }
 
 impl Routed {
-    /// Mean and last-token features, one row per task, as the CV reads them.
-    pub fn pooled(&self) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
-        pooled(&self.features)
+    /// Every feature map's rows, one per task, as the CV reads them.
+    pub fn feature_rows(&self) -> FeatureRows {
+        feature_rows(&self.features)
     }
 
     /// The prefilling decide of every task.
@@ -91,8 +91,12 @@ impl Routed {
     }
 }
 
-fn pooled(features: &[PooledFeatures]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
-    (features.iter().map(|f| f.mean.clone()).collect(), features.iter().map(|f| f.last.clone()).collect())
+/// Per feature map (in the order the router pooled them), one row per task.
+pub type FeatureRows = Vec<(FeatureMap, Vec<Vec<f32>>)>;
+
+fn feature_rows(features: &[PooledFeatures]) -> FeatureRows {
+    let maps: Vec<FeatureMap> = features.first().map(|f| f.maps.iter().map(|(m, _)| *m).collect()).unwrap_or_default();
+    maps.into_iter().map(|map| (map, features.iter().map(|f| f.get(map).map(<[f32]>::to_vec).unwrap_or_default()).collect())).collect()
 }
 
 /// Routes every task with the similarity scoring ([`route_task`]).
@@ -116,8 +120,8 @@ pub fn route_all(router: &mut Router, tasks: &[&super::Task], progress: &mut dyn
 /// the head attached returns for the same prefill.
 pub fn head_tops(head: &LoadedHead, features: &PooledFeatures, modes: &[String]) -> std::collections::BTreeMap<String, String> {
     let ids: Vec<&str> = head.head.candidates.iter().map(|c| c.id.as_str()).collect();
-    let costs: Vec<f64> = head.head.candidates.iter().map(|c| c.mean_cost_usd).collect();
-    let p = head.probabilities(features.get(head.head.pooling));
+    let x = features.get(head.head.feature_map()).unwrap_or_default();
+    let (p, costs) = (head.probabilities(x), head.costs(x));
     modes
         .iter()
         .map(|m| {
@@ -127,13 +131,14 @@ pub fn head_tops(head: &LoadedHead, features: &PooledFeatures, modes: &[String])
         .collect()
 }
 
-/// The kernel set of the backbone's features over `train`: mean and
-/// last-token pooling, each standardised with the training rows' statistics.
-pub fn hidden_kernels(mean: &[Vec<f32>], last: &[Vec<f32>], train: &[usize]) -> super::KernelSet {
-    vec![
-        (router::Pooling::Mean.name().to_string(), super::learn::dense_kernel(mean, train).0),
-        (router::Pooling::Last.name().to_string(), super::learn::dense_kernel(last, train).0),
-    ]
+/// The kernel set of the backbone's features over `train`: one kernel per
+/// feature map in `rows` (`only`: those maps alone), each standardised with
+/// the training rows' statistics.
+pub fn hidden_kernels(rows: &FeatureRows, only: Option<&[FeatureMap]>, train: &[usize]) -> super::KernelSet {
+    rows.iter()
+        .filter(|(map, _)| only.is_none_or(|only| only.contains(map)))
+        .map(|(map, rows)| (map.name(), super::learn::dense_kernel(rows, train).0))
+        .collect()
 }
 
 /// The start of a prompt, whitespace collapsed, for a neighbour's line.
@@ -201,25 +206,31 @@ pub fn train_head(
     p_sigmas: &[f64],
     evaluation: router::head::HeadEvaluation,
 ) -> router::Head {
-    let (mean, last) = pooled(features);
+    let rows = feature_rows(features);
     let all: Vec<usize> = (0..data.tasks.len()).collect();
-    let kernels = hidden_kernels(&mean, &last, &all);
+    let kernels = hidden_kernels(&rows, None, &all);
     let selected = super::select_and_fit(data, &kernels, &all, settings, 7);
-    let pooling = router::Pooling::ALL[selected.features];
-    let chosen = if selected.features == 0 { &mean } else { &last };
+    let (map, chosen) = (rows[selected.features].0, &rows[selected.features].1);
     let standardiser = super::learn::standardise(chosen, &all);
     let candidates = selected
         .fits
         .iter()
+        .zip(&selected.cost_fits)
         .enumerate()
-        .map(|(m, fit)| {
+        .map(|(m, (fit, cost))| {
             let (weights, bias) = super::learn::raw_weights(fit, chosen, &standardiser);
+            let (cost_weights, cost_bias) = super::learn::raw_weights(&cost.fit, chosen, &standardiser);
             router::head::HeadCandidate {
                 id: data.models[m].clone(),
                 weights,
                 bias,
                 mean_cost_usd: selected.mean_cost[m],
                 p_sigma: p_sigmas.get(m).copied().unwrap_or(0.0),
+                cost_model: Some(router::head::CostModel {
+                    weights: cost_weights,
+                    bias: (cost_bias as f64 + cost.offset) as f32,
+                    smearing: cost.smearing,
+                }),
             }
         })
         .collect();
@@ -248,12 +259,23 @@ pub fn train_head(
         schema: router::head::HEAD_SCHEMA.into(),
         backbone_checkpoint_id: router.backbone_checkpoint_id().to_string(),
         hidden: router.backbone.hparams.hidden,
-        pooling,
+        pooling: map.pooling,
+        after_layers: map.after_layers,
+        cost_term: selected.cost_term,
         router_max_tokens: router.config().max_tokens,
         truncation: router.config().truncation,
         modes: super::MODES.iter().zip(selected.lambdas).map(|((name, _), l)| (name.to_string(), l)).collect(),
         candidates,
-        trained_on: format!("{trained_on}; {} pooling, L2 regularisation {} (5-fold CV over all tasks)", pooling.name(), selected.reg),
+        trained_on: format!(
+            "{trained_on}; reads {} ({}), L2 regularisation {}, weighs {} (chosen by 5-fold CV over all tasks)",
+            map.describe(router.backbone.hparams.layers),
+            map.name(),
+            selected.reg,
+            match selected.cost_term {
+                router::CostTerm::Mean => "each backend's mean cost",
+                router::CostTerm::Predicted => "each backend's cost predicted for the task",
+            }
+        ),
         evaluation,
         training,
     }
