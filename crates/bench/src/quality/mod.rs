@@ -970,6 +970,7 @@ impl QualityStudy {
                 });
             }
             out.extend(self.cost_prediction_verdict(best));
+            out.extend(self.truncation_choice_verdict());
         }
         let random = self.rows.iter().find(|r| r.subset == Subset::All && r.policy.starts_with("random"));
         if let (Some(similarity), Some(random)) = (row("router, similarity scoring, quality"), random) {
@@ -1020,6 +1021,32 @@ impl QualityStudy {
             best.resolved.mean,
             cheapest_reaching(mean),
             cheapest_reaching(predicted)
+        ))
+    }
+
+    /// Whether the truncation sweep's best cell survives being chosen
+    /// inside the training folds: the head with the truncation chosen by
+    /// its inner CV, against the best cell read off the sweep.
+    fn truncation_choice_verdict(&self) -> Option<String> {
+        let chosen = self
+            .rows
+            .iter()
+            .find(|r| r.subset == Subset::All && r.policy == "router, trained head (CV, truncation chosen inside), quality")?;
+        let best_cell = self
+            .truncation
+            .iter()
+            .flat_map(|p| p.rows.iter().filter(|r| r.policy == "head (CV), quality").map(move |r| (p, r)))
+            .max_by(|a, b| a.1.resolved.mean.total_cmp(&b.1.resolved.mean).then(b.1.cost_usd.mean.total_cmp(&a.1.cost_usd.mean)))?;
+        let (point, cell) = best_cell;
+        Some(format!(
+            "With the truncation chosen inside the training folds too, the head resolves {} of {} cost-blind at {}; the sweep's best cell, read off after the fact, shows {} at {} ({} tokens, {}).",
+            count(&chosen.resolved),
+            chosen.tasks,
+            money(chosen.cost_usd.mean),
+            count(&cell.resolved),
+            money(cell.cost_usd.mean),
+            point.max_tokens,
+            point.side.name()
         ))
     }
 
@@ -1355,6 +1382,34 @@ mod tests {
             moved,
             "Per-task cost prediction moves the curve up: within always big's $300.00 the head resolves at most 25.0 weighing mean costs, 30.0 weighing predicted ones; the cheapest point resolving 30: none with mean costs, $250.00 (λ = 1) with predicted ones."
         );
+        // The sweep's best cell against the same choice made inside the folds.
+        let mut inside = with_costs.clone();
+        inside.rows.push(policy_row(
+            &d,
+            Subset::All,
+            "router, trained head (CV, truncation chosen inside), quality",
+            Family::Trained,
+            &[vec![1; n]],
+        ));
+        let cell =
+            |resolved: f64| PolicyRow { policy: "head (CV), quality".into(), resolved: Stat::exact(resolved), ..inside.rows[0].clone() };
+        inside.truncation = [(64, 20.0), (512, 29.0)]
+            .into_iter()
+            .map(|(max_tokens, resolved)| TruncationPoint {
+                max_tokens,
+                side: router::TruncationSide::KeepStart,
+                tokens_used_mean: 0.0,
+                decide: None,
+                rows: vec![cell(resolved)],
+            })
+            .collect();
+        let line =
+            inside.verdicts().into_iter().find(|l| l.starts_with("With the truncation chosen inside")).expect("a line on the choice");
+        assert!(
+            line.contains("resolves 15 of 30 cost-blind") && line.contains("shows 29 at") && line.contains("(512 tokens, keep_start)"),
+            "{line}"
+        );
+
         // The same figures in the per-backbone comparison.
         let row = with_costs.backbone_row("llama, 30 layers", "gguf-1");
         assert_eq!(row.best_single, Some(("big".to_string(), 30.0, 300.0)));
