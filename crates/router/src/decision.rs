@@ -517,7 +517,8 @@ impl Pooling {
     pub fn width(self, hidden: usize) -> usize {
         match self {
             Pooling::Mean | Pooling::Last => hidden,
-            Pooling::Ends => 2 * hidden,
+            // Saturating: a head file's hidden size is untrusted input.
+            Pooling::Ends => hidden.saturating_mul(2),
         }
     }
 }

@@ -184,6 +184,10 @@ fn a_head_that_does_not_fit_is_refused_with_the_reason() {
         assert!(err.contains("head.json: scoring head") && err.contains(expected), "{err}");
         assert!(r.head().is_none() && r.checkpoint_id() == "gguf-b179c952");
     }
+    // A hidden size no feature vector can have, read both ends: refused, no overflow.
+    let huge = Head { hidden: usize::MAX, pooling: Pooling::Ends, ..good.clone() };
+    let err = r.attach_head(&serde_json::to_vec(&huge).unwrap(), "head.json").unwrap_err().to_string();
+    assert!(err.contains(&format!("for {} features (ends pooling", usize::MAX)), "{err}");
     let err = r.attach_head(b"{ not json", "head.json").unwrap_err().to_string();
     assert!(err.starts_with("head.json: scoring head:"), "{err}");
     // A head of the former schema says which it is, not which field it lacks.
