@@ -41,6 +41,18 @@ pub struct QualityFlags {
 const SWEEP_MAPS: [FeatureMap; 2] =
     [FeatureMap { after_layers: None, pooling: Pooling::Mean }, FeatureMap { after_layers: None, pooling: Pooling::Last }];
 
+/// A cross-validated policy's row per mode, `{label}, {mode}`.
+fn mode_rows(data: &Dataset, subset: Subset, label: &str, cv: &[SeedOutcome]) -> Vec<quality::PolicyRow> {
+    quality::MODES
+        .iter()
+        .enumerate()
+        .map(|(m, (mode, _))| {
+            let per_seed: Vec<Vec<usize>> = cv.iter().map(|o| o.by_mode[m].clone()).collect();
+            quality::policy_row(data, subset, &format!("{label}, {mode}"), Family::Trained, &per_seed)
+        })
+        .collect()
+}
+
 /// Runs one cross-validation per seed on its own thread.
 fn cross_validate(
     data: &Dataset,
@@ -153,20 +165,8 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
                 &[similarity_choices(&data, &routed, mode)],
             ));
         }
-        for (m, (mode, _)) in quality::MODES.iter().enumerate() {
-            let per_seed: Vec<Vec<usize>> = head_cv.iter().map(|o| o.by_mode[m].clone()).collect();
-            rows.push(quality::policy_row(&data, subset, &format!("router, trained head (CV), {mode}"), Family::Trained, &per_seed));
-        }
-        for (m, (mode, _)) in quality::MODES.iter().enumerate() {
-            let per_seed: Vec<Vec<usize>> = tfidf_cv.iter().map(|o| o.by_mode[m].clone()).collect();
-            rows.push(quality::policy_row(
-                &data,
-                subset,
-                &format!("TF-IDF + logistic regression (CV), {mode}"),
-                Family::Trained,
-                &per_seed,
-            ));
-        }
+        rows.extend(mode_rows(&data, subset, "router, trained head (CV)", &head_cv));
+        rows.extend(mode_rows(&data, subset, "TF-IDF + logistic regression (CV)", &tfidf_cv));
     }
     let similarity_curve = quality::Curve {
         policy: "router, similarity scoring".into(),
@@ -258,16 +258,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
         };
         let joint_cv = cross_validate(&data, &kernels_for, &settings);
         for subset in Subset::ALL {
-            for (m, (mode, _)) in quality::MODES.iter().enumerate() {
-                let per_seed: Vec<Vec<usize>> = joint_cv.iter().map(|o| o.by_mode[m].clone()).collect();
-                rows.push(quality::policy_row(
-                    &data,
-                    subset,
-                    &format!("router, trained head (CV, truncation chosen inside), {mode}"),
-                    Family::Trained,
-                    &per_seed,
-                ));
-            }
+            rows.extend(mode_rows(&data, subset, "router, trained head (CV, truncation chosen inside)", &joint_cv));
         }
         chosen.push(("trained head, truncation chosen inside".to_string(), quality::chosen_summary(&joint_cv)));
     }
