@@ -147,6 +147,12 @@ fn quality_routes_every_task_and_writes_study_head_and_figures() {
     let sides: Vec<_> = q.truncation.iter().map(|p| (p.max_tokens, p.side)).collect();
     assert_eq!(sides, [(32, router::TruncationSide::Left), (32, router::TruncationSide::KeepStart)]);
     assert!(q.truncation.iter().all(|p| p.tokens_used_mean <= 32.0 && p.decide.is_some()));
+    // With a sweep, a head whose inner CV chooses the truncation too, among all three settings.
+    for mode in ["quality", "balanced", "economy"] {
+        assert!(all.iter().any(|r| r.policy == format!("router, trained head (CV, truncation chosen inside), {mode}")));
+    }
+    let (_, inside) = q.chosen.iter().find(|(p, _)| p == "trained head, truncation chosen inside").expect("its chosen settings");
+    assert!(inside.contains(" at 32 left") || inside.contains(" at 32 keep_start") || inside.contains(" at 48 left"), "{inside}");
     // Every task's decisions, by mode, with and without the head.
     assert!(q.per_task.iter().all(|t| t.similarity_top.len() == 3 && t.head_top.len() == 3 && t.tokens_used <= 48));
     // The head file reads back, names the backbone and the settings it was trained for.
