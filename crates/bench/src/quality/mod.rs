@@ -547,8 +547,8 @@ pub struct CostPrediction {
     pub p90_log_error_of_mean: f64,
 }
 
-/// [`CostPrediction`] per model over every seed's out-of-fold predictions
-/// (`mean_costs[seed][task][model]`: the mean cost its fold trained with).
+/// [`CostPrediction`] per model over every seed's out-of-fold predictions,
+/// against the model's mean cost over the other tasks (leave one out).
 pub fn cost_prediction(data: &Dataset, outcomes: &[SeedOutcome]) -> Vec<CostPrediction> {
     let quantile = |mut v: Vec<f64>, q: f64| -> f64 {
         if v.is_empty() {
