@@ -9,6 +9,7 @@
 //! no clock but `web-time`'s: callers pass text and bytes.
 
 pub mod client_run;
+pub mod decode_speed;
 pub mod decode_study;
 pub mod estimate;
 pub mod figures;

@@ -445,6 +445,21 @@ impl Precision {
     }
 }
 
+/// What the memory-bandwidth probe measured: a buffer larger than any
+/// cache summed on every thread, the rate at which this device streams
+/// bytes from memory: a decode step's ceiling, since it reads every
+/// weight once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BandwidthProbe {
+    pub bytes: u64,
+    pub threads: usize,
+    pub repeats: usize,
+    pub best_ms: f64,
+    pub median_ms: f64,
+    /// From the best repeat, in 10⁹ bytes a second.
+    pub gb_per_s: f64,
+}
+
 /// What `probe::gemm_probe` measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GemmProbe {

@@ -349,6 +349,10 @@ pub struct StepReport {
     /// Rows through the projections (tokens fed).
     pub rows: usize,
     pub forward_ms: f64,
+    /// Of `forward_ms`: the layers' projections, and attention over each
+    /// sequence's own K/V.
+    pub projections_ms: f64,
+    pub attention_ms: f64,
     pub lm_head_ms: f64,
     pub sample_ms: f64,
 }
@@ -395,7 +399,15 @@ pub fn step(backbone: &Backbone, tokenizer: &RouterTokenizer, batch: &mut [(&mut
         let token = seq.sampler.choose(&logits[r * vocab..][..vocab]);
         emitted[i] = Some(seq.accept(tokenizer, &end_of_generation, token)?);
     }
-    Ok(StepReport { emitted, rows: fed.iter().sum(), forward_ms, lm_head_ms, sample_ms: elapsed_ms(started) })
+    Ok(StepReport {
+        emitted,
+        rows: fed.iter().sum(),
+        forward_ms,
+        projections_ms: forward.projections_ms,
+        attention_ms: forward.attention_ms,
+        lm_head_ms,
+        sample_ms: elapsed_ms(started),
+    })
 }
 
 /// One generation's timings, at the engine: the prefill to the first

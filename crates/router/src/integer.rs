@@ -276,6 +276,11 @@ pub struct IntPacked {
 }
 
 impl IntPacked {
+    /// Bytes held: a byte a value, and a scale and a minimum a group.
+    pub fn bytes(&self) -> u64 {
+        (self.q.len() + 4 * (self.scales.len() + self.mins.len())) as u64
+    }
+
     /// Repacks from a row decoder: `row(r, q, scales, mins)` fills row `r`'s
     /// `k` values and `k / group` scales and minimums. Panels are decoded on
     /// the pool's threads, each through one row's scratch: no row-major
@@ -348,7 +353,13 @@ impl IntPacked {
             return;
         }
         let threads = parallel::threads();
-        if m >= 2 * R * threads || threads == 1 {
+        // Whole rows per task need at least two tasks of `MIN_TASK_ROWS`
+        // for every thread to work: below that, a split by rows gave 16
+        // to 31 rows (a decode step of 16 sequences) to one task, and the
+        // step's projections ran on one thread (29 ms at 16 sequences
+        // against 12 ms at 8).
+        const MIN_TASK_ROWS: usize = 16;
+        if m >= 2 * MIN_TASK_ROWS * threads || threads == 1 {
             // Long prompts: each task owns whole rows of C (a safe split),
             // and streams every weight panel past its rows. Many tasks a
             // thread, so a thread the host slows for a while takes fewer of
@@ -361,7 +372,6 @@ impl IntPacked {
             // weight per task costs little: its bands stay in L3 between
             // tasks. One thread has nothing to balance and keeps two passes.
             const TASKS_A_THREAD: usize = 16;
-            const MIN_TASK_ROWS: usize = 16;
             let tasks = if threads == 1 { 2 } else { threads * TASKS_A_THREAD };
             let rows = m.div_ceil(tasks).next_multiple_of(R).max(MIN_TASK_ROWS);
             parallel::for_each_rows_mut(c, n, rows, |first, out| self.product_rows(acts, first, out.len() / n, 0..n, out, n, strip));
@@ -622,14 +632,36 @@ mod x86 {
     /// (`Strip::assert_in_bounds`).
     #[inline(always)]
     unsafe fn strip_body<const STEPS: usize, const PANELS: usize, D: TwoSteps>(s: &Strip, out: &mut [f32], ld: usize) {
+        // A strip of fewer real rows than `R` (a decode step's one row
+        // per sequence, a prompt's last rows) runs a body for that many:
+        // computing the repeated rows too made one row cost as much as
+        // four (natively, int8, SmolLM2: the projections of a one-sequence
+        // decode step took 8.4 ms, of four 9.4 ms).
+        // SAFETY: forwarded.
+        unsafe {
+            match s.rows {
+                1 => strip_rows::<STEPS, PANELS, D, 1>(s, out, ld),
+                2 => strip_rows::<STEPS, PANELS, D, 2>(s, out, ld),
+                3 => strip_rows::<STEPS, PANELS, D, 3>(s, out, ld),
+                _ => strip_rows::<STEPS, PANELS, D, R>(s, out, ld),
+            }
+        }
+    }
+
+    /// [`strip_body`] for the strip's first `RR` rows (`RR ≤ R`).
+    ///
+    /// # Safety
+    /// As [`strip_body`].
+    #[inline(always)]
+    unsafe fn strip_rows<const STEPS: usize, const PANELS: usize, D: TwoSteps, const RR: usize>(s: &Strip, out: &mut [f32], ld: usize) {
         let mut p = s.panels.start;
         while p < s.panels.end {
             // SAFETY: forwarded; panels p..p + PANELS lie in the strip's.
             if PANELS == 2 && p + 1 < s.panels.end {
-                unsafe { panels_body::<STEPS, 2, D>(s, p, out, ld) };
+                unsafe { panels_body::<STEPS, 2, D, RR>(s, p, out, ld) };
                 p += 2;
             } else {
-                unsafe { panels_body::<STEPS, 1, D>(s, p, out, ld) };
+                unsafe { panels_body::<STEPS, 1, D, RR>(s, p, out, ld) };
                 p += 1;
             }
         }
@@ -648,7 +680,12 @@ mod x86 {
     /// AVX2, FMA and `D`'s features are enabled; the strip's bounds hold
     /// (`Strip::assert_in_bounds`) and `first + P ≤ s.panels.end`.
     #[inline(always)]
-    unsafe fn panels_body<const STEPS: usize, const P: usize, D: TwoSteps>(s: &Strip, first: usize, out: &mut [f32], ld: usize) {
+    unsafe fn panels_body<const STEPS: usize, const P: usize, D: TwoSteps, const RR: usize>(
+        s: &Strip,
+        first: usize,
+        out: &mut [f32],
+        ld: usize,
+    ) {
         let (k, group, groups) = (s.k, s.group, s.groups());
         // SAFETY (every block below): panels first..first + P, their scales
         // and minimums lie inside the weight; each activation row holds k
@@ -658,17 +695,19 @@ mod x86 {
         let wq: [*const u8; P] = std::array::from_fn(|i| unsafe { s.q.as_ptr().add((first + i) * PANEL * k) });
         let ws: [*const f32; P] = std::array::from_fn(|i| unsafe { s.scales.as_ptr().add((first + i) * groups * PANEL) });
         let wm: [*const f32; P] = std::array::from_fn(|i| unsafe { s.mins.as_ptr().add((first + i) * groups * PANEL) });
+        // The strip's first RR activation rows (RR ≤ R: `strip_body`).
+        let xs: [&[i8]; RR] = std::array::from_fn(|r| s.x[r]);
         // Panel-major: `acc[i][r]` is panel i's sums for activation row r.
-        let mut acc = [[unsafe { _mm256_setzero_ps() }; R]; P];
+        let mut acc = [[unsafe { _mm256_setzero_ps() }; RR]; P];
         for g in 0..groups {
-            let mut dots = [[unsafe { _mm256_setzero_si256() }; P]; R];
+            let mut dots = [[unsafe { _mm256_setzero_si256() }; P]; RR];
             for pair in 0..STEPS / 2 {
                 let step = g * STEPS + 2 * pair;
                 let w: [(__m256i, __m256i); P] = std::array::from_fn(|i| unsafe {
                     let w = wq[i].add(step * PANEL * STEP) as *const __m256i;
                     (_mm256_loadu_si256(w), _mm256_loadu_si256(w.add(1)))
                 });
-                for (dots_r, x_row) in dots.iter_mut().zip(s.x) {
+                for (dots_r, x_row) in dots.iter_mut().zip(xs) {
                     unsafe {
                         let x = x_row.as_ptr().add(step * STEP) as *const i32;
                         let (x0, x1) = (_mm256_set1_epi32(x.read_unaligned()), _mm256_set1_epi32(x.add(1).read_unaligned()));
@@ -679,8 +718,8 @@ mod x86 {
                 }
             }
             unsafe {
-                let x_scales: [__m256; R] = std::array::from_fn(|r| _mm256_broadcast_ss(&*s.x_scales[r].as_ptr().add(g * group / BLOCK)));
-                let x_sums: [__m256; R] = std::array::from_fn(|r| _mm256_broadcast_ss(&*s.x_sums[r].as_ptr().add(g)));
+                let x_scales: [__m256; RR] = std::array::from_fn(|r| _mm256_broadcast_ss(&*s.x_scales[r].as_ptr().add(g * group / BLOCK)));
+                let x_sums: [__m256; RR] = std::array::from_fn(|r| _mm256_broadcast_ss(&*s.x_sums[r].as_ptr().add(g)));
                 for (i, acc_i) in acc.iter_mut().enumerate() {
                     let (w_scales, w_mins) = (_mm256_loadu_ps(ws[i].add(g * PANEL)), _mm256_loadu_ps(wm[i].add(g * PANEL)));
                     for (r, acc_ir) in acc_i.iter_mut().enumerate() {
@@ -694,12 +733,12 @@ mod x86 {
             }
         }
         for (i, acc_i) in acc.iter().enumerate() {
-            let sums: [[f32; PANEL]; R] = acc_i.map(|sum| {
-                let mut row = [0f32; PANEL];
+            // Rows past RR are not real (`store_panel` writes `s.rows` ≤ RR).
+            let mut sums = [[0f32; PANEL]; R];
+            for (row, sum) in sums.iter_mut().zip(acc_i) {
                 // SAFETY: a store of 8 f32 into an array of 8.
-                unsafe { _mm256_storeu_ps(row.as_mut_ptr(), sum) };
-                row
-            });
+                unsafe { _mm256_storeu_ps(row.as_mut_ptr(), *sum) };
+            }
             s.store_panel(first + i, &sums, out, ld);
         }
     }

@@ -46,6 +46,11 @@ pub struct Packed {
 }
 
 impl Packed {
+    /// Bytes held (the padded panels).
+    pub fn bytes(&self) -> u64 {
+        std::mem::size_of_val(self.panels.as_slice()) as u64
+    }
+
     /// Packs a row-major `[n × k]` weight. Panics only if `rows` is shorter
     /// than `n × k` (a programming error: the loader checks shapes first).
     pub fn from_rows(rows: &[f32], n: usize, k: usize) -> Packed {

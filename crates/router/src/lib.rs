@@ -59,9 +59,9 @@ pub mod tokenizer;
 
 pub use conversation::{Conversation, Message, Role, TurnLayout};
 pub use decision::{
-    normal_cdf, rank, top_index, BuildStage, Confidence, CostTerm, Decision, FeatureMap, FlopModel, GemmProbe, HeadEvaluation, LoadTimings,
-    Neighbour, NeighbourOutcome, PooledFeatures, Pooling, Precision, PrefixReuse, Ranked, Scores, ScoringChoice, StageTimings,
-    TruncationSide, ENDS_WINDOW,
+    normal_cdf, rank, top_index, BandwidthProbe, BuildStage, Confidence, CostTerm, Decision, FeatureMap, FlopModel, GemmProbe,
+    HeadEvaluation, LoadTimings, Neighbour, NeighbourOutcome, PooledFeatures, Pooling, Precision, PrefixReuse, Ranked, Scores,
+    ScoringChoice, StageTimings, TruncationSide, ENDS_WINDOW,
 };
 #[cfg(feature = "engine")]
 pub use error::{Result, RouterError};

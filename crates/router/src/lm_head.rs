@@ -62,68 +62,112 @@ impl LmHead {
         assert!(k.is_multiple_of(BLOCK) && x.len() == m * k && blocks.len() == vocab * k / BLOCK * Q8_0_BYTES);
         let row_bytes = k / BLOCK * Q8_0_BYTES;
         let acts = (arithmetic == HeadArithmetic::Int8).then(|| Activations::quantize(x, m, k, BLOCK));
+        let input = match &acts {
+            None => HeadInput::F32 { x, k },
+            Some(acts) => HeadInput::Int8(acts),
+        };
         // Logits transposed, `[vocab × m]`: a task owns a run of weight rows
-        // and reads each once for all `m` activation rows.
+        // and reads each once for all `m` activation rows, up to
+        // `ROWS_A_PASS` of them in one pass over its blocks.
         let mut transposed = vec![0f32; vocab * m];
         parallel::for_each_rows_mut(&mut transposed, m, parallel::rows_per_task(vocab).max(256), |first, out| {
             for (i, logits) in out.chunks_exact_mut(m).enumerate() {
                 let row = &blocks[(first + i) * row_bytes..][..row_bytes];
-                for (r, logit) in logits.iter_mut().enumerate() {
-                    *logit = match &acts {
-                        None => dot_f32(row, &x[r * k..][..k]),
-                        Some(acts) => dot_int8(row, &acts.q[r * k..][..k], acts.scales(r)),
-                    };
+                for (pass, column) in logits.chunks_mut(ROWS_A_PASS).enumerate() {
+                    dots(row, &input, pass * ROWS_A_PASS, column);
                 }
             }
         });
+        // Back to `[m × vocab]`, written row by row: written column by
+        // column, each weight row's m values landed in m different pages,
+        // and at m = 16 the head took 2.7 times as long as at m = 8.
         let mut logits = vec![0f32; m * vocab];
-        for (v, column) in transposed.chunks_exact(m).enumerate() {
-            for (r, &value) in column.iter().enumerate() {
-                logits[r * vocab + v] = value;
-            }
+        for (r, row) in logits.chunks_exact_mut(vocab).enumerate() {
+            row.iter_mut().zip(transposed.iter().skip(r).step_by(m)).for_each(|(logit, &value)| *logit = value);
         }
         logits
     }
 }
 
-/// One row's dot, dispatched to the best kernel this CPU has.
-#[inline]
-fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if x86::available() {
-        // SAFETY: AVX2 and FMA were detected at run time; the slices are
-        // whole blocks (`row`: 34 bytes a block, `x`: 32 values a block).
-        return unsafe { x86::dot_f32(row, x) };
+/// Activation rows one pass over a weight row serves. A decode step of B
+/// sequences multiplies B rows by the whole table; one row at a time
+/// loaded (and, in f32, widened) each weight block B times, so the head
+/// cost B times one row's (measured natively, int8: 6.3 ms a row, 39.7 ms
+/// for 8). Four rows share each block's load, sign and scale, and their
+/// four accumulators are independent chains the CPU overlaps; more would
+/// not fit AVX2's 16 registers beside the widened f32 weights.
+const ROWS_A_PASS: usize = 4;
+
+/// The activation rows the head multiplies: f32 values, or 8-bit values
+/// with a scale per block.
+enum HeadInput<'a> {
+    F32 { x: &'a [f32], k: usize },
+    Int8(&'a Activations),
+}
+
+/// Row `row`'s dots with activation rows `first..first + out.len()`
+/// (at most [`ROWS_A_PASS`]) into `out`, dispatched to the best kernel
+/// this CPU has. Every kernel computes each row's dot in the same order as
+/// one row alone would, so batching changes the time, not a logit.
+fn dots(row: &[u8], input: &HeadInput<'_>, first: usize, out: &mut [f32]) {
+    match out.len() {
+        1 => out.copy_from_slice(&dots_n::<1>(row, input, first)),
+        2 => out.copy_from_slice(&dots_n::<2>(row, input, first)),
+        3 => out.copy_from_slice(&dots_n::<3>(row, input, first)),
+        4 => out.copy_from_slice(&dots_n::<4>(row, input, first)),
+        n => unreachable!("{n} activation rows in one pass; at most {ROWS_A_PASS}"),
     }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::dot_f32(row, x);
-    #[allow(unreachable_code)]
-    portable_dot_f32(row, x)
 }
 
 #[inline]
-fn dot_int8(row: &[u8], q: &[i8], scales: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if x86::available() {
-        // SAFETY: as in `dot_f32`; `q` holds 32 values and `scales` one
-        // scale for each block of `row`.
-        return unsafe { x86::dot_int8(row, q, scales) };
+fn dots_n<const N: usize>(row: &[u8], input: &HeadInput<'_>, first: usize) -> [f32; N] {
+    match *input {
+        HeadInput::F32 { x, k } => {
+            let xs: [&[f32]; N] = std::array::from_fn(|r| &x[(first + r) * k..][..k]);
+            #[cfg(target_arch = "x86_64")]
+            if x86::available() {
+                // SAFETY: AVX2, FMA and F16C were detected at run time; each
+                // of `xs` holds 32 values for every 34-byte block of `row`.
+                return unsafe { x86::dots_f32(row, xs) };
+            }
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            return simd128::dots_f32(row, xs);
+            #[allow(unreachable_code)]
+            xs.map(|x| portable_dot_f32(row, x))
+        }
+        HeadInput::Int8(acts) => {
+            let qs: [&[i8]; N] = std::array::from_fn(|r| &acts.q[(first + r) * acts.k..][..acts.k]);
+            let scales: [&[f32]; N] = std::array::from_fn(|r| acts.scales(first + r));
+            #[cfg(target_arch = "x86_64")]
+            if x86::available() {
+                // SAFETY: as for f32 (and AVX-VNNI just detected); each of
+                // `qs` holds 32 values and each of `scales` one scale for
+                // every block of `row`.
+                return unsafe {
+                    if x86::vnni() {
+                        x86::dots_int8_vnni(row, qs, scales)
+                    } else {
+                        x86::dots_int8(row, qs, scales)
+                    }
+                };
+            }
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            return simd128::dots_int8(row, qs, scales);
+            #[allow(unreachable_code)]
+            std::array::from_fn(|r| portable_dot_int8(row, qs[r], scales[r]))
+        }
     }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::dot_int8(row, q, scales);
-    #[allow(unreachable_code)]
-    portable_dot_int8(row, q, scales)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{scale, Q8_0_BYTES};
+    use super::Q8_0_BYTES;
     use crate::integer::BLOCK;
 
     pub fn available() -> bool {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
     }
 
     /// Eight f32 lanes summed.
@@ -134,43 +178,94 @@ mod x86 {
         _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))
     }
 
-    /// Each block's 32 signed bytes widened to f32 eight at a time and
-    /// multiplied into the block's accumulator, then scaled once.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        for (block, xs) in row.chunks_exact(Q8_0_BYTES).zip(x.chunks_exact(BLOCK)) {
-            let mut inner = _mm256_setzero_ps();
-            for j in 0..4 {
-                // SAFETY: `block` has 34 bytes, so bytes 2 + 8j..10 + 8j are
-                // inside it; `xs` has 32 values, so 8j..8j + 8 are.
-                let w = unsafe { _mm_loadl_epi64(block.as_ptr().add(2 + 8 * j) as *const __m128i) };
-                let w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(w));
-                let xv = unsafe { _mm256_loadu_ps(xs.as_ptr().add(8 * j)) };
-                inner = _mm256_fmadd_ps(w, xv, inner);
+    /// A block's f16 scale by F16C's one instruction. `half`'s portable
+    /// conversion (a call behind a run-time feature check) was a block's
+    /// largest single cost in the dot; the value is the same, exactly.
+    #[target_feature(enable = "avx2,f16c")]
+    fn scale(block: &[u8]) -> f32 {
+        let bits = u16::from_le_bytes([block[0], block[1]]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+
+    /// Each block's 32 signed bytes widened to f32 eight at a time, once,
+    /// and multiplied into each activation row's block accumulator, then
+    /// scaled once per row.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dots_f32<const N: usize>(row: &[u8], xs: [&[f32]; N]) -> [f32; N] {
+        let mut acc = [_mm256_setzero_ps(); N];
+        for (b, block) in row.chunks_exact(Q8_0_BYTES).enumerate() {
+            let w: [__m256; 4] = std::array::from_fn(|j| {
+                // SAFETY: `block` has 34 bytes, so bytes 2 + 8j..10 + 8j are inside it.
+                let bytes = unsafe { _mm_loadl_epi64(block.as_ptr().add(2 + 8 * j) as *const __m128i) };
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes))
+            });
+            let d = _mm256_set1_ps(scale(block));
+            for (acc, x) in acc.iter_mut().zip(&xs) {
+                let x = &x[b * BLOCK..][..BLOCK];
+                let mut inner = _mm256_setzero_ps();
+                for (j, &w) in w.iter().enumerate() {
+                    // SAFETY: `x` has 32 values, so 8j..8j + 8 are inside it.
+                    let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * j)) };
+                    inner = _mm256_fmadd_ps(w, xv, inner);
+                }
+                *acc = _mm256_fmadd_ps(d, inner, *acc);
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(scale(block)), inner, acc);
         }
-        sum(acc)
+        acc.map(|a| sum(a))
     }
 
     /// llama.cpp's `Q8_0 × Q8_0` block dot: |w| as unsigned bytes times
     /// x with w's sign, in pairs to i16 (at most 2 × 128 × 127: no
-    /// saturation), then to i32 and f32, scaled by both blocks' scales.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_int8(row: &[u8], q: &[i8], scales: &[f32]) -> f32 {
+    /// saturation), then to i32 and f32, scaled by both blocks' scales;
+    /// the weight block loaded, its sign taken and its scale converted
+    /// once for every activation row.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dots_int8<const N: usize>(row: &[u8], qs: [&[i8]; N], scales: [&[f32]; N]) -> [f32; N] {
+        // SAFETY: forwarded.
+        unsafe { dots_int8_body::<N, false>(row, qs, scales) }
+    }
+
+    /// [`dots_int8`] with AVX-VNNI's `vpdpbusd` in place of the
+    /// `vpmaddubsw` + `vpmaddwd` pair: the same i32 sums (neither
+    /// saturates here), one instruction instead of two.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    pub unsafe fn dots_int8_vnni<const N: usize>(row: &[u8], qs: [&[i8]; N], scales: [&[f32]; N]) -> [f32; N] {
+        // SAFETY: forwarded.
+        unsafe { dots_int8_body::<N, true>(row, qs, scales) }
+    }
+
+    pub fn vnni() -> bool {
+        is_x86_feature_detected!("avxvnni")
+    }
+
+    /// # Safety
+    /// AVX2, FMA, F16C (and AVX-VNNI where `VNNI`) are enabled; each of
+    /// `qs` holds 32 values and each of `scales` one scale for every
+    /// 34-byte block of `row`.
+    #[inline(always)]
+    unsafe fn dots_int8_body<const N: usize, const VNNI: bool>(row: &[u8], qs: [&[i8]; N], scales: [&[f32]; N]) -> [f32; N] {
         let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
-        for ((block, qs), &x_scale) in row.chunks_exact(Q8_0_BYTES).zip(q.chunks_exact(BLOCK)).zip(scales) {
-            // SAFETY: 32 bytes from offset 2 of a 34-byte block, and the
-            // block's 32 activation values.
+        let mut acc = [_mm256_setzero_ps(); N];
+        for (b, block) in row.chunks_exact(Q8_0_BYTES).enumerate() {
+            // SAFETY: 32 bytes from offset 2 of a 34-byte block.
             let w = unsafe { _mm256_loadu_si256(block.as_ptr().add(2) as *const __m256i) };
-            let xv = unsafe { _mm256_loadu_si256(qs.as_ptr() as *const __m256i) };
-            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
-            let dots = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(scale(block) * x_scale), dots, acc);
+            let magnitudes = _mm256_sign_epi8(w, w);
+            let d = scale(block);
+            for r in 0..N {
+                let q = &qs[r][b * BLOCK..][..BLOCK];
+                // SAFETY: `q` is the block's 32 activation values.
+                let xv = unsafe { _mm256_loadu_si256(q.as_ptr() as *const __m256i) };
+                let signed = _mm256_sign_epi8(xv, w);
+                let sums = if VNNI {
+                    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), magnitudes, signed)
+                } else {
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed), ones)
+                };
+                let dots = _mm256_cvtepi32_ps(sums);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * scales[r][b]), dots, acc[r]);
+            }
         }
-        sum(acc)
+        acc.map(|a| sum(a))
     }
 }
 
@@ -185,50 +280,68 @@ mod simd128 {
         f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v) + f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v)
     }
 
-    /// Sixteen signed bytes at a time widened to f32 and multiplied into
-    /// the block's accumulator.
-    pub fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
-        let mut acc = f32x4_splat(0.0);
-        for (block, xs) in row.chunks_exact(Q8_0_BYTES).zip(x.chunks_exact(BLOCK)) {
-            let mut inner = f32x4_splat(0.0);
-            for half in 0..2 {
-                let mut bytes = [0u8; 16];
-                bytes.copy_from_slice(&block[2 + 16 * half..18 + 16 * half]);
-                let w = u8x16(
-                    bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10],
-                    bytes[11], bytes[12], bytes[13], bytes[14], bytes[15],
-                );
-                let (low, high) = (i16x8_extend_low_i8x16(w), i16x8_extend_high_i8x16(w));
-                for (i, words) in [low, high].into_iter().enumerate() {
-                    let (a, b) = (f32x4_convert_i32x4(i32x4_extend_low_i16x8(words)), f32x4_convert_i32x4(i32x4_extend_high_i16x8(words)));
-                    let at = 16 * half + 8 * i;
-                    let xa = f32x4(xs[at], xs[at + 1], xs[at + 2], xs[at + 3]);
-                    let xb = f32x4(xs[at + 4], xs[at + 5], xs[at + 6], xs[at + 7]);
-                    inner = f32x4_add(inner, f32x4_add(f32x4_mul(a, xa), f32x4_mul(b, xb)));
+    /// A block's 32 signed bytes as two vectors of sixteen.
+    fn weight_bytes(block: &[u8]) -> [v128; 2] {
+        std::array::from_fn(|half| {
+            let w = &block[2 + 16 * half..18 + 16 * half];
+            u8x16(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15])
+        })
+    }
+
+    /// Each block's bytes widened to f32 once (eight vectors of four) and
+    /// multiplied into each activation row's block accumulator.
+    pub fn dots_f32<const N: usize>(row: &[u8], xs: [&[f32]; N]) -> [f32; N] {
+        let mut acc = [f32x4_splat(0.0); N];
+        for (b, block) in row.chunks_exact(Q8_0_BYTES).enumerate() {
+            let bytes = weight_bytes(block);
+            // Quarters in the order the single-row kernel summed them.
+            let w: [v128; 8] = std::array::from_fn(|i| {
+                let words = if i % 4 < 2 { i16x8_extend_low_i8x16(bytes[i / 4]) } else { i16x8_extend_high_i8x16(bytes[i / 4]) };
+                f32x4_convert_i32x4(if i % 2 == 0 { i32x4_extend_low_i16x8(words) } else { i32x4_extend_high_i16x8(words) })
+            });
+            let d = f32x4_splat(scale(block));
+            for (acc, x) in acc.iter_mut().zip(&xs) {
+                let x = &x[b * BLOCK..][..BLOCK];
+                let mut inner = f32x4_splat(0.0);
+                for pair in 0..4 {
+                    let at = 8 * pair;
+                    let xa = f32x4(x[at], x[at + 1], x[at + 2], x[at + 3]);
+                    let xb = f32x4(x[at + 4], x[at + 5], x[at + 6], x[at + 7]);
+                    inner = f32x4_add(inner, f32x4_add(f32x4_mul(w[2 * pair], xa), f32x4_mul(w[2 * pair + 1], xb)));
                 }
+                *acc = f32x4_add(*acc, f32x4_mul(d, inner));
             }
-            acc = f32x4_add(acc, f32x4_mul(f32x4_splat(scale(block)), inner));
         }
-        sum(acc)
+        acc.map(sum)
     }
 
     /// Signed bytes widened to i16 and dotted in pairs to i32 (the
-    /// SIMD128 `i32x4.dot_i16x8_s`), scaled by both blocks' scales.
-    pub fn dot_int8(row: &[u8], q: &[i8], scales: &[f32]) -> f32 {
-        let mut acc = f32x4_splat(0.0);
-        for ((block, qs), &x_scale) in row.chunks_exact(Q8_0_BYTES).zip(q.chunks_exact(BLOCK)).zip(scales) {
-            let mut dots = i32x4_splat(0);
-            for half in 0..2 {
-                let w = &block[2 + 16 * half..18 + 16 * half];
-                let x = &qs[16 * half..16 * half + 16];
-                let wv = u8x16(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15]);
-                let xv = i8x16(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15]);
-                dots = i32x4_add(dots, i32x4_dot_i16x8(i16x8_extend_low_i8x16(wv), i16x8_extend_low_i8x16(xv)));
-                dots = i32x4_add(dots, i32x4_dot_i16x8(i16x8_extend_high_i8x16(wv), i16x8_extend_high_i8x16(xv)));
+    /// SIMD128 `i32x4.dot_i16x8_s`), scaled by both blocks' scales; the
+    /// weight block widened once for every activation row.
+    pub fn dots_int8<const N: usize>(row: &[u8], qs: [&[i8]; N], scales: [&[f32]; N]) -> [f32; N] {
+        let mut acc = [f32x4_splat(0.0); N];
+        for (b, block) in row.chunks_exact(Q8_0_BYTES).enumerate() {
+            let bytes = weight_bytes(block);
+            let w = [
+                i16x8_extend_low_i8x16(bytes[0]),
+                i16x8_extend_high_i8x16(bytes[0]),
+                i16x8_extend_low_i8x16(bytes[1]),
+                i16x8_extend_high_i8x16(bytes[1]),
+            ];
+            let d = scale(block);
+            for r in 0..N {
+                let x = &qs[r][b * BLOCK..][..BLOCK];
+                let mut dots = i32x4_splat(0);
+                for half in 0..2 {
+                    let x = &x[16 * half..16 * half + 16];
+                    let xv = i8x16(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15]);
+                    dots = i32x4_add(dots, i32x4_dot_i16x8(w[2 * half], i16x8_extend_low_i8x16(xv)));
+                    dots = i32x4_add(dots, i32x4_dot_i16x8(w[2 * half + 1], i16x8_extend_high_i8x16(xv)));
+                }
+                acc[r] = f32x4_add(acc[r], f32x4_mul(f32x4_splat(d * scales[r][b]), f32x4_convert_i32x4(dots)));
             }
-            acc = f32x4_add(acc, f32x4_mul(f32x4_splat(scale(block) * x_scale), f32x4_convert_i32x4(dots)));
         }
-        sum(acc)
+        acc.map(sum)
     }
 }
 
@@ -262,6 +375,27 @@ fn portable_dot_int8(row: &[u8], q: &[i8], scales: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch's logits are each row's own, to the bit: rows share a
+    /// weight block's pass (four at a time, then the rest), never an
+    /// accumulator.
+    #[test]
+    fn a_batch_gives_each_row_its_own_logits() {
+        let (vocab, k, m) = (70, 96, 7);
+        let mut blocks = Vec::new();
+        for v in 0..vocab * k / BLOCK {
+            blocks.extend_from_slice(&half::f16::from_f32(0.02 - (v % 5) as f32 * 0.004).to_le_bytes());
+            blocks.extend((0..BLOCK).map(|i| ((v * 29 + i * 13) % 256) as u8));
+        }
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 31) as f32 / 9.0 - 1.5).collect();
+        for arithmetic in [HeadArithmetic::F32, HeadArithmetic::Int8] {
+            let batch = LmHead::q8_logits(&blocks, vocab, k, &x, m, arithmetic);
+            for r in 0..m {
+                let alone = LmHead::q8_logits(&blocks, vocab, k, &x[r * k..][..k], 1, arithmetic);
+                assert_eq!(&batch[r * vocab..][..vocab], &alone[..], "{arithmetic:?}, row {r}");
+            }
+        }
+    }
 
     /// Both arithmetics against the dequantized table in f64.
     #[test]

@@ -28,7 +28,7 @@ use crate::integer::{Activations as IntActivations, IntPacked};
 use crate::kernels::Packed;
 use crate::lm_head::{HeadArithmetic, LmHead};
 use crate::parallel;
-use crate::segment::{KvLayout, KvState, PagedKv, Segment, SegmentView};
+use crate::segment::{KvLayout, KvPiece, KvState, PagedKv, Segment, SegmentView};
 
 pub use crate::decision::Precision;
 
@@ -136,6 +136,18 @@ impl<'a> Input<'a> {
 }
 
 impl Weights {
+    /// Bytes this weight holds in memory, what a product with it reads
+    /// (a decode step's single row reads every one of them).
+    pub(crate) fn bytes(&self) -> u64 {
+        match self {
+            Weights::Quantized(QMatMul::QTensor(q)) => q.storage_size_in_bytes() as u64,
+            Weights::Quantized(QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => (t.elem_count() * t.dtype().size_in_bytes()) as u64,
+            Weights::Dense { weight, .. } => std::mem::size_of_val(weight.as_slice()) as u64,
+            Weights::Packed(p) => p.bytes(),
+            Weights::Integer(w) => w.bytes(),
+        }
+    }
+
     fn load(ck: &Checkpoint, name: &str, rows: usize, cols: usize, precision: Precision) -> Result<Weights> {
         // candle reports GGUF shapes in PyTorch order: [out (rows), in (cols)].
         ck.expect_shape(name, &[rows, cols])?;
@@ -385,6 +397,21 @@ impl Span<'_> {
     }
 }
 
+/// The weights' bytes in memory ([`Backbone::weight_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightBytes {
+    /// The layers' projection weights, as this precision holds them.
+    pub projections: u64,
+    /// The LM head's table (SmolLM2's and Gemma's: the Q8_0 embeddings).
+    pub lm_head: u64,
+}
+
+impl WeightBytes {
+    pub fn total(&self) -> u64 {
+        self.projections + self.lm_head
+    }
+}
+
 /// What a forward pass returns: the final hidden states (after the output
 /// norm) of every row, `[rows × hidden]` in span order, each span's first
 /// row, and where the time went.
@@ -622,20 +649,33 @@ impl Backbone {
                         values[(g * head_rows + row) * width..][..d].copy_from_slice(&v_row[g * d..][..d]);
                     }
                 }
-                let mut pieces: Vec<_> = span.shared.views().iter().map(|view| view.segment.piece(l, view.rows.clone())).collect();
-                pieces.extend(span.own.pieces(l, written + t));
+            }
+            // Attention, once every span's keys are in place: a span of
+            // several tokens (a prefill or its chunk) on its own, the
+            // spans of one token (a decode step's sequences) in one batch.
+            let started = Instant::now();
+            let pieces: Vec<Vec<KvPiece<'_>>> = spans
+                .iter()
+                .map(|span| {
+                    let mut pieces: Vec<_> = span.shared.views().iter().map(|view| view.segment.piece(l, view.rows.clone())).collect();
+                    pieces.extend(span.own.pieces(l, span.own.len() + span.ids.len()));
+                    pieces
+                })
+                .collect();
+            let mut single = Vec::new();
+            for ((span, &first), pieces) in spans.iter().zip(&offsets).zip(&pieces) {
+                let (t, start) = (span.ids.len(), span.start());
                 let shape =
                     attention::Shape { heads: h.heads, kv_heads: h.kv_heads, tokens: t, head_dim: d, start, window: layer.kind.window };
-                let started = Instant::now();
-                attention::causal(
-                    &q[span_rows.start * q_dim..span_rows.end * q_dim],
-                    &pieces,
-                    shape,
-                    scale,
-                    &mut attended[span_rows.start * q_dim..span_rows.end * q_dim],
-                );
-                attention_ms += elapsed_ms(started);
+                if t == 1 {
+                    single.push(attention::SingleQuery { q: &q[first * q_dim..][..q_dim], pieces, shape, out_row: first });
+                } else {
+                    let rows = first * q_dim..(first + t) * q_dim;
+                    attention::causal(&q[rows.clone()], pieces, shape, scale, &mut attended[rows]);
+                }
             }
+            attention::single_queries(&single, scale, &mut attended);
+            attention_ms += elapsed_ms(started);
 
             let started = Instant::now();
             layer.o.forward_into(&mut Input::new(&attended, rows, quantized), out)?;
@@ -719,6 +759,21 @@ impl Backbone {
             }
             LmHead::Projection(weights) => weights.forward(hidden, m),
         }
+    }
+
+    /// The weights one decode step reads from memory, each once whatever
+    /// the batch: every projection and the LM head's table. (Each
+    /// sequence also reads its keys and values: the kv calculator's
+    /// payload at its context.)
+    pub fn weight_bytes(&self) -> WeightBytes {
+        let linear = |l: &Linear| l.weight.bytes() + l.bias.as_ref().map_or(0, |b| 4 * b.len() as u64);
+        let projections =
+            self.layers.iter().map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter().map(linear).sum::<u64>()).sum();
+        let lm_head = match &self.lm_head {
+            LmHead::Q8Blocks(own) => own.as_ref().unwrap_or(&self.embeddings).storage_size_in_bytes() as u64,
+            LmHead::Projection(weights) => weights.bytes(),
+        };
+        WeightBytes { projections, lm_head }
     }
 
     /// Final hidden states of `ids` from scratch, `[ids.len() × hidden]`.

@@ -60,6 +60,47 @@ pub fn integer_kernel_probes(m: usize, k: usize, n: usize, repeats: usize) -> Re
     Ok(kernels.iter().zip(times).map(|(kernel, times)| probe_result(m, k, n, times, kernel.name.to_string())).collect())
 }
 
+/// Streams a buffer of `bytes` (rounded to whole 64-byte lines) from
+/// memory on every thread of the pool, `repeats` times after one untimed
+/// pass that also faults its pages in, and reports the best rate. Each
+/// task sums its run in 16 independent lanes (a sum, so the loads cannot
+/// be skipped; lanes, so the adds are not one serial chain that would
+/// bound the rate below the memory's). Choose `bytes` well past the last
+/// level cache (64 MiB here), or the rate is the cache's.
+pub fn memory_bandwidth(bytes: usize, repeats: usize) -> crate::BandwidthProbe {
+    let values = (bytes / 64).max(1) * 16;
+    let buffer: Vec<f32> = (0..values).map(|i| (i % 7) as f32).collect();
+    let threads = crate::parallel::threads();
+    // A few tasks a thread, so one slow thread does not hold the rest.
+    let run = values.div_ceil(threads * 4).next_multiple_of(16);
+    let mut sums = vec![0f32; values.div_ceil(run)];
+    let pass = |sums: &mut Vec<f32>| {
+        crate::parallel::for_each_rows_mut(sums, 1, 1, |task, sum| {
+            let chunk = &buffer[task * run..((task + 1) * run).min(values)];
+            sum[0] = crate::attention::lanes_sum(chunk);
+        });
+        std::hint::black_box(&sums);
+    };
+    pass(&mut sums);
+    let mut times = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        let started = Instant::now();
+        pass(&mut sums);
+        times.push(elapsed_ms(started));
+    }
+    times.sort_by(f64::total_cmp);
+    let best_ms = times[0].max(1e-3);
+    let bytes = (values * 4) as u64;
+    crate::BandwidthProbe {
+        bytes,
+        threads,
+        repeats: times.len(),
+        best_ms,
+        median_ms: times[times.len() / 2],
+        gb_per_s: bytes as f64 / best_ms / 1e6,
+    }
+}
+
 /// Varied values, so no kernel meets only zeros or ones.
 fn probe_values(len: usize, salt: usize) -> Vec<f32> {
     (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect()

@@ -96,14 +96,23 @@ fn gemma3_greedy_matches_llama_cpp_on_f32_weights() {
 /// The int8 path against llama.cpp on the quantized file, where both round
 /// activations to 8 bits but not identically (llama.cpp's Q8_1 for Q4_1
 /// weights keeps a sum per block; its K/V and blocking differ): reported,
-/// and held to the first 16 tokens of each continuation.
+/// and held to llama.cpp's tokens up to the first near-tie of its own run
+/// (a top-2 margin below [`NEAR_TIE`] logits), where rounding that is not
+/// llama.cpp's may choose the other token. (A fixed 16 tokens was the
+/// rule before; the decode step's attention, summed in another order,
+/// moved the first prompt's divergence from token 21 to token 9, where
+/// llama.cpp's margin is 0.024, and the third's from 20 to past 48.)
 #[test]
 fn int8_greedy_against_llama_cpp_on_the_quantized_file() {
+    const NEAR_TIE: f32 = 0.1;
     let bytes = common::smollm2();
     let f = fixture(include_str!("fixtures/smollm2_greedy.json"), &bytes);
     let model = load(&bytes, "SmolLM2-135M-Instruct.Q4_1.gguf", Precision::IntegerQ8);
-    for (same, _) in agreement(&model, &f.quantized, "SmolLM2 int8 vs llama.cpp on Q4_1") {
-        assert!(same >= 16, "int8 greedy left llama.cpp's tokens after {same}");
+    let results = agreement(&model, &f.quantized, "SmolLM2 int8 vs llama.cpp on Q4_1");
+    for ((same, total), case) in results.into_iter().zip(&f.quantized) {
+        let first_near_tie = case.margins.iter().position(|&m| m < NEAR_TIE).unwrap_or(total);
+        assert!(first_near_tie >= 8, "the fixture's run reaches a near-tie at token {first_near_tie}: too early to test");
+        assert!(same >= first_near_tie, "int8 greedy left llama.cpp's tokens after {same}, before its first near-tie at {first_near_tie}");
     }
 }
 

@@ -4,9 +4,15 @@
 //! worker; then the engine's timings and the K/V it held, on stderr, or
 //! the whole summary as JSON with `--json`.
 //!
+//! With `--decode-speed` it measures decode instead (`bench::decode_speed`:
+//! one sequence's tokens a second per context, the aggregate per batch
+//! size, each step's parts and the bytes it reads against this machine's
+//! memory bandwidth), printed side by side, the run as JSON with `--out`.
+//!
 //! ```text
 //! router-generate --prompt "Explain a KV cache." --max-new-tokens 64
 //! router-generate --prompt "Tell a story." --temperature 0.8 --top-p 0.95 --seed 7 --json
+//! router-generate --decode-speed --precision int8 --contexts 256,1024 --batches 1,4,8,16 --out decode.json
 //! ```
 
 use std::io::Write;
@@ -25,8 +31,8 @@ use router::Conversation;
 #[command(name = "router-generate", version)]
 struct Args {
     /// The user turn.
-    #[arg(long)]
-    prompt: String,
+    #[arg(long, required_unless_present = "decode_speed")]
+    prompt: Option<String>,
     /// 0 is greedy; otherwise the logits are divided by it.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -48,9 +54,34 @@ struct Args {
     /// Print the summary as JSON on stdout instead of streaming the text.
     #[arg(long)]
     json: bool,
-    /// Instead of one answer: time decode steps of this many sequences at once (comma-separated, e.g. 1,4,8,16), each after a prefill of the prompt, and print ms a step and aggregate tokens/s side by side.
-    #[arg(long, value_delimiter = ',', conflicts_with = "json")]
-    decode_sweep: Vec<usize>,
+    /// Instead of one answer: measure decode speed (one sequence per
+    /// --contexts, the aggregate per --batches) and print it side by side.
+    #[arg(long, conflicts_with_all = ["json", "prompt"])]
+    decode_speed: bool,
+    /// Contexts (tokens held) of the one-sequence decode rows.
+    #[arg(long, value_delimiter = ',', default_values_t = [256, 1024], requires = "decode_speed")]
+    contexts: Vec<usize>,
+    /// Batch sizes of the aggregate decode rows.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 8, 16], requires = "decode_speed")]
+    batches: Vec<usize>,
+    /// The context of every sequence in the batch rows.
+    #[arg(long, default_value_t = 256, requires = "decode_speed")]
+    batch_context: usize,
+    /// Timed decode steps a row (after --warmup untimed ones).
+    #[arg(long, default_value_t = 32, requires = "decode_speed")]
+    steps: usize,
+    /// Untimed decode steps a row before the timed ones.
+    #[arg(long, default_value_t = 4, requires = "decode_speed")]
+    warmup: usize,
+    /// MiB streamed by the memory-bandwidth probe (0: skip it).
+    #[arg(long, default_value_t = 256, requires = "decode_speed")]
+    bandwidth_mib: usize,
+    /// Task texts the decode rows' prompts are cut from (as bench-decide's --prompts).
+    #[arg(long, default_value = bench_cli::DEFAULT_PROMPTS, requires = "decode_speed")]
+    prompts: std::path::PathBuf,
+    /// Write the decode-speed run as JSON.
+    #[arg(long, requires = "decode_speed")]
+    out: Option<std::path::PathBuf>,
     #[command(flatten)]
     router: RouterFlags,
 }
@@ -71,11 +102,12 @@ fn run(args: Args) -> Result<()> {
     };
     // Refused before the checkpoint is read: a bad flag is a usage error.
     params.check().map_err(|e| usage(format!("--{}", e.to_string().replace('_', "-"))))?;
-    let Loaded { router, .. } = args.router.load()?;
-    if !args.decode_sweep.is_empty() {
-        return decode_sweep(&router, &args.prompt, &args.decode_sweep);
+    if args.decode_speed {
+        return decode_speed(&args);
     }
-    let mut generation = SingleGeneration::start(&router, &Conversation::user(args.prompt.clone()), params)
+    let Loaded { router, .. } = args.router.load()?;
+    let prompt = args.prompt.clone().unwrap_or_default();
+    let mut generation = SingleGeneration::start(&router, &Conversation::user(prompt), params)
         .map_err(|e| usage(format!("--{}", e.to_string().replace('_', "-"))))?;
     let mut out = std::io::stdout().lock();
     loop {
@@ -111,48 +143,29 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// Decode steps timed at each batch size: every sequence holds the same
-/// prefilled prompt, then 30 steps of one token each (after 3 untimed).
-fn decode_sweep(router: &router::Router, prompt: &str, sizes: &[usize]) -> Result<()> {
-    use router::generate::{step, Sequence};
-    const STEPS: usize = 30;
-    if let Some(bad) = sizes.iter().find(|&&b| b == 0) {
-        return Err(usage(format!("--decode-sweep: {bad} sequences")));
+/// `--decode-speed`: the plan checked before the checkpoint loads (a bad
+/// flag is a usage error), the bandwidth probe, then each row as it ends.
+fn decode_speed(args: &Args) -> Result<()> {
+    use bench::decode_speed::DecodePlan;
+    let plan = DecodePlan {
+        contexts: args.contexts.clone(),
+        batches: args.batches.clone(),
+        batch_context: args.batch_context,
+        warmup: args.warmup,
+        steps: args.steps,
+    };
+    plan.check().map_err(|e| usage(format!("--decode-speed: {e}")))?;
+    let texts = bench_cli::prompt_texts(&args.prompts)?;
+    let Loaded { router, .. } = args.router.load()?;
+    let bandwidth = (args.bandwidth_mib > 0).then(|| router::probe::memory_bandwidth(args.bandwidth_mib << 20, 5));
+    let speed = bench::decode_speed::run(&router, &texts, &plan, bandwidth, |row| {
+        eprintln!("router-generate: context {} × {}: {:.1} tokens/s", row.context, row.batch, row.tokens_per_s)
+    })?;
+    for line in speed.lines() {
+        println!("{line}");
     }
-    let ids = router.tokenizer.encode(&Conversation::user(prompt).generation_prompt(router.tokenizer.layout))?;
-    let params = SamplingParams { max_new_tokens: STEPS + 8, ignore_eos: true, ..SamplingParams::default() };
-    println!("{} · {} · {}-token prompt", router.checkpoint_id(), router.backbone.precision.label(&router.weight_type), ids.len());
-    println!("{:>4}  {:>9}  {:>10}  {:>9}  {:>13}  {:>10}", "B", "ms/step", "forward", "LM head", "tokens/s (all)", "× B = 1");
-    let mut single = None;
-    for &b in sizes {
-        let mut seqs = (0..b)
-            .map(|_| Sequence::new(&router.backbone, ids.clone(), router::segment::KvState::default(), params.clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| usage(e.to_string()))?;
-        for seq in seqs.iter_mut() {
-            let n = seq.pending();
-            step(&router.backbone, &router.tokenizer, &mut [(seq, n)])?;
-        }
-        let (mut total, mut forward, mut head) = (0.0, 0.0, 0.0);
-        for i in 0..STEPS + 3 {
-            let mut batch: Vec<_> = seqs.iter_mut().map(|s| (s, 1)).collect();
-            let started = web_time::Instant::now();
-            let report = step(&router.backbone, &router.tokenizer, &mut batch)?;
-            if i >= 3 {
-                total += router::elapsed_ms(started);
-                forward += report.forward_ms;
-                head += report.lm_head_ms;
-            }
-        }
-        let per_step = total / STEPS as f64;
-        let rate = b as f64 * 1000.0 / per_step;
-        let base = *single.get_or_insert(rate);
-        println!(
-            "{b:>4}  {per_step:>9.1}  {:>10.1}  {:>9.1}  {rate:>13.1}  {:>10.2}",
-            forward / STEPS as f64,
-            head / STEPS as f64,
-            rate / base
-        );
+    if let Some(out) = &args.out {
+        std::fs::write(out, serde_json::to_string_pretty(&speed)?).map_err(|e| anyhow!("--out {}: {e}", out.display()))?;
     }
     Ok(())
 }
