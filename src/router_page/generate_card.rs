@@ -4,14 +4,16 @@
 //! it stopped, and the K/V the calculator counts beside what the engine
 //! allocated. Owns the generate jobs. The form is text, checked with the
 //! worker's own rules before anything is sent, so a refused field is named
-//! and nothing typed is lost.
+//! and nothing typed is lost. Below it, the decode-speed bench in this
+//! worker (its own panel and state).
 
+use bench::decode_speed::{DecodePlanForm, DecodeRow, DecodeSpeed};
 use bench::report::format_ms;
 use bench::Summary;
 use leptos::prelude::*;
 use router::sampling::{GenerationSummary, ParamError, SamplingForm, SamplingParams};
 use router::Conversation;
-use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
+use wire::{Deferred, JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::worker::{JobProgress as JobProgressLine, Worker};
 use super::{bytes_label, Alert};
@@ -123,7 +125,114 @@ pub fn GenerateCard() -> impl IntoView {
             {progress}
             <pre class="generated" data-testid="gen-output" aria-live="polite">{move || state.streamed.with(|s| s.text.clone())}</pre>
             {move || state.generated.get().map(|Generated { summary, cancelled }| view! { <GenerationView summary=summary cancelled=cancelled/> })}
+            <DecodeSpeedPanel/>
         </section>
+    }
+}
+
+/// The decode-speed panel's state: the plan as typed, the rows measured
+/// so far, and the finished run.
+#[derive(Clone, Copy)]
+struct DecodeSpeedState {
+    form: RwSignal<DecodePlanForm>,
+    rows: RwSignal<Vec<DecodeRow>>,
+    total: RwSignal<usize>,
+    finished: RwSignal<Option<(DecodeSpeed, bool)>>,
+    alert: Alert,
+}
+
+impl DecodeSpeedState {
+    fn apply(self, event: JobEvent) {
+        match event {
+            JobEvent::Progress(JobProgress::DecodeRow { total, row, .. }) => match row.decode() {
+                Ok(row) => {
+                    self.total.set(total);
+                    self.rows.update(|rows| rows.push(row));
+                }
+                Err(message) => self.alert.show(message),
+            },
+            JobEvent::Finished { result: JobResult::DecodeSpeed(speed), cancelled } => match speed.decode() {
+                Ok(speed) => self.finished.set(Some((speed, cancelled))),
+                Err(message) => self.alert.show(message),
+            },
+            _ => {}
+        }
+    }
+}
+
+/// Decode speed in this worker (issue 36's item 6 in the browser): the
+/// same rows `router-generate --decode-speed` measures natively, with the
+/// bytes a step reads against this device's memory bandwidth.
+#[component]
+fn DecodeSpeedPanel() -> impl IntoView {
+    let worker = expect_context::<Worker>();
+    let alert = expect_context::<Alert>();
+    let state = DecodeSpeedState {
+        form: RwSignal::new(DecodePlanForm::default()),
+        rows: RwSignal::new(Vec::new()),
+        total: RwSignal::new(0),
+        finished: RwSignal::new(None),
+        alert,
+    };
+    worker.on_job(JobKind::DecodeSpeed, move |event| state.apply(event));
+    let run = move |_| match state.form.with_untracked(DecodePlanForm::parse) {
+        Ok(plan) => {
+            alert.clear();
+            if worker.start(JobRequest::DecodeSpeed { plan: Deferred::encode(&plan) }, None) {
+                state.rows.set(Vec::new());
+                state.total.set(plan.rows().len());
+                state.finished.set(None);
+            }
+        }
+        Err(message) => alert.show(format!("decode speed: {message}")),
+    };
+    let progress = move || {
+        (worker.running.get() == Some(JobKind::DecodeSpeed)).then(|| {
+            let (done, total) = (state.rows.with(Vec::len), state.total.get());
+            let text = state.rows.with(|rows| {
+                rows.last().map_or("measuring this device's memory bandwidth, then the first row".to_string(), |r| {
+                    format!("row {done} of {total}: {} × {} tokens, {:.1} tokens/s", r.batch, r.context, r.tokens_per_s)
+                })
+            });
+            view! { <JobProgressLine id="decode" label="Decode-speed progress" value=done as f64 max=total.max(1) as f64 text=text/> }
+        })
+    };
+    let field = move |name: &'static str, label: &'static str, get: fn(&DecodePlanForm) -> String, set: fn(&mut DecodePlanForm, String)| {
+        view! {
+            <label class="field small">{label}
+                <input type="text" data-testid=format!("decode-{name}") prop:value=move || state.form.with(get)
+                    on:input=move |ev| state.form.update(|f| set(f, event_target_value(&ev)))/>
+            </label>
+        }
+    };
+    view! {
+        <h3>"Decode speed"</h3>
+        <p class="note">
+            "One sequence's tokens a second at each context, then several sequences decoding together (one batched pass a token), "
+            "each prefilled untimed to exactly its context. A step reads every weight once whatever the batch, and each sequence's "
+            "keys and values: the bytes a token costs, against this device's memory bandwidth (measured first), say how close a step "
+            "is to what the device allows."
+        </p>
+        <div class="row">
+            {field("contexts", "One sequence at (tokens)", |f| f.contexts.clone(), |f, v| f.contexts = v)}
+            {field("batches", "Batches", |f| f.batches.clone(), |f, v| f.batches = v)}
+            {field("batch-context", "Batch context", |f| f.batch_context.clone(), |f, v| f.batch_context = v)}
+            {field("steps", "Timed steps", |f| f.steps.clone(), |f, v| f.steps = v)}
+        </div>
+        <button type="button" data-testid="decode-run" disabled=move || !worker.can_start(JobKind::DecodeSpeed) on:click=run>
+            "Measure decode speed"
+        </button>
+        {progress}
+        {move || state.finished.get().map(|(speed, cancelled)| {
+            let rows = speed.rows.len();
+            let gain = speed.batch_gain(8).map(|g| format!("{g:.2}")).unwrap_or_default();
+            view! {
+                <div class="report" data-testid="decode-speed" data-rows=rows data-gain8=gain>
+                    {cancelled.then(|| view! { <p class="warning">"Cancelled: the rows measured so far are shown."</p> })}
+                    <pre class="table">{speed.lines().join("\n")}</pre>
+                </div>
+            }
+        })}
     }
 }
 

@@ -841,6 +841,35 @@ test('generate: a greedy answer streams token by token and matches the native en
   await page.context().close();
 });
 
+test('decode speed: the worker measures the plan row by row against its memory bandwidth; a bad field is named with the inputs kept', async () => {
+  const page = await newPage(browser);
+  await page.goto(`${server.url}router/#router`);
+  await loadBundled(page);
+  // A bad field is refused before anything is sent, named, and kept.
+  await page.getByTestId('decode-batches').fill('1,x');
+  await page.getByTestId('decode-run').click();
+  await page.waitForFunction(() => /batches: "x" is not a whole number/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''));
+  assert.equal(await page.getByTestId('decode-batches').inputValue(), '1,x');
+  // A short plan: one sequence and two at 64 tokens, 4 timed steps.
+  await page.getByTestId('decode-contexts').fill('64');
+  await page.getByTestId('decode-batches').fill('1,2');
+  await page.getByTestId('decode-batch-context').fill('64');
+  await page.getByTestId('decode-steps').fill('4');
+  await page.getByTestId('decode-run').click();
+  const report = page.getByTestId('decode-speed');
+  await report.waitFor({ timeout: 180_000 });
+  assert.equal(await report.getAttribute('data-rows'), '2', 'one sequence, then two, at 64 tokens');
+  const lines = await report.textContent();
+  console.log(`decode speed in the browser:\n${lines}`);
+  assert.match(lines, /memory bandwidth \d+(\.\d+)? GB\/s/);
+  // Each row's aggregate rate is a positive number, the batch of one is the baseline.
+  const rates = [...lines.matchAll(/^\s+64\s+(\d+)\s.*?\s(\d+\.\d)\s+(\S+)\s+\d+\.\d\s+\d+ %$/gm)].map((m) => ({ batch: Number(m[1]), rate: Number(m[2]), gain: m[3] }));
+  assert.deepEqual(rates.map((r) => r.batch), [1, 2], lines);
+  assert.ok(rates.every((r) => r.rate > 0), lines);
+  assert.equal(rates[0].gain, '1.00×');
+  await page.context().close();
+});
+
 test('the whole request: decide routes, the worker streams the answer, each boundary is reported apart and the sum matches the page\'s clock; the share link shows it read-only', async () => {
   const page = await newPage(browser);
   await page.goto(`${server.url}router/#router`);

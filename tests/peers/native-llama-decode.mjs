@@ -20,9 +20,8 @@
 //     [--warmup 4] [--steps 32] --out native-llama-decode.json
 
 import { readFile, writeFile } from 'node:fs/promises';
-import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
-import { getLlama, LlamaLogLevel } from 'node-llama-cpp';
+import { nativeLlama } from './llama-native.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -78,20 +77,7 @@ const median = (xs) => {
   return (s[Math.floor(m)] + s[Math.ceil(m)]) / 2;
 };
 
-let cpuVariant = null;
-const llama = await getLlama({
-  gpu: false,
-  build: 'never',
-  usePrebuiltBinaries: true,
-  skipDownload: true,
-  logLevel: LlamaLogLevel.log,
-  logger: (level, message) => {
-    const loaded = message.match(/loaded CPU backend from (\S+)/);
-    if (loaded) cpuVariant = basename(loaded[1]);
-    else if ([LlamaLogLevel.fatal, LlamaLogLevel.error, LlamaLogLevel.warn].includes(level)) console.error(`llama.cpp: ${message.trim()}`);
-  },
-  maxThreads: 0,
-});
+const { llama, cpuVariant } = await nativeLlama();
 
 // One sequence's generator after its prompt: each `next()` is one decode
 // step of that sequence (evaluated in a batch with whatever else is queued).
@@ -155,5 +141,5 @@ for (const { quant, path } of models) {
   }
   await model.dispose();
 }
-await writeFile(args.out, JSON.stringify({ binaries: '@node-llama-cpp/linux-x64', cpu_variant: cpuVariant, cpu_only: true, warmup, steps, runs }, null, 2));
+await writeFile(args.out, JSON.stringify({ binaries: '@node-llama-cpp/linux-x64', cpu_variant: cpuVariant(), cpu_only: true, warmup, steps, runs }, null, 2));
 await llama.dispose();

@@ -11,9 +11,8 @@
 // sequence: every call prefills the whole text, like the router's decide.
 
 import { readFile, writeFile } from 'node:fs/promises';
-import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
-import { getLlama, LlamaLogLevel } from 'node-llama-cpp';
+import { nativeLlama } from './llama-native.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -42,28 +41,7 @@ const flashModes = args.flash.split(',').map((f) => {
 });
 const log = (m) => console.error(`native-llama: ${m}`);
 
-// The prebuilt binaries only: never a download or a compile. ggml loads
-// the CPU variant (haswell, icelake, zen4, sapphirerapids, …) whose
-// instructions this machine offers, and that choice decides llama.cpp's
-// speed here: on an earlier VM of the same CPU name (likely one that
-// exposed AMX, and so the sapphirerapids variant) its prefill ran about
-// 2.4× faster than with the zen4 variant on a VM without AMX. That run did
-// not record the variant; the report now names it. Its line comes at the
-// `log` level; only warnings and errors are passed on.
-let cpuVariant = null;
-const llama = await getLlama({
-  gpu: false,
-  build: 'never',
-  usePrebuiltBinaries: true,
-  skipDownload: true,
-  logLevel: LlamaLogLevel.log,
-  logger: (level, message) => {
-    const loaded = message.match(/loaded CPU backend from (\S+)/);
-    if (loaded) cpuVariant = basename(loaded[1]);
-    else if ([LlamaLogLevel.fatal, LlamaLogLevel.error, LlamaLogLevel.warn].includes(level)) console.error(`llama.cpp: ${message.trim()}`);
-  },
-  maxThreads: 0,
-});
+const { llama, cpuVariant } = await nativeLlama();
 const runs = [];
 for (const { quant, path } of models) {
   const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
@@ -93,5 +71,5 @@ for (const { quant, path } of models) {
   }
   await model.dispose();
 }
-await writeFile(args.out, JSON.stringify({ binaries: '@node-llama-cpp/linux-x64', cpu_variant: cpuVariant, cpu_only: true, runs }, null, 2));
+await writeFile(args.out, JSON.stringify({ binaries: '@node-llama-cpp/linux-x64', cpu_variant: cpuVariant(), cpu_only: true, runs }, null, 2));
 await llama.dispose();

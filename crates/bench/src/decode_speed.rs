@@ -68,6 +68,49 @@ impl DecodePlan {
     }
 }
 
+/// The page's form for a plan: the fields as typed, parsed with the
+/// plan's own rules, so a refused field is named and nothing typed is lost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodePlanForm {
+    pub contexts: String,
+    pub batches: String,
+    pub batch_context: String,
+    pub steps: String,
+}
+
+impl Default for DecodePlanForm {
+    fn default() -> Self {
+        let plan = DecodePlan::default();
+        let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        DecodePlanForm {
+            contexts: list(&plan.contexts),
+            batches: list(&plan.batches),
+            batch_context: plan.batch_context.to_string(),
+            steps: plan.steps.to_string(),
+        }
+    }
+}
+
+impl DecodePlanForm {
+    pub fn parse(&self) -> Result<DecodePlan, String> {
+        let number = |field: &str, text: &str| -> Result<usize, String> {
+            text.trim().parse::<usize>().map_err(|_| format!("{field}: \"{}\" is not a whole number", text.trim()))
+        };
+        let list = |field: &str, text: &str| -> Result<Vec<usize>, String> {
+            text.split(',').map(str::trim).filter(|t| !t.is_empty()).map(|t| number(field, t)).collect()
+        };
+        let plan = DecodePlan {
+            contexts: list("contexts", &self.contexts)?,
+            batches: list("batches", &self.batches)?,
+            batch_context: number("batch context", &self.batch_context)?,
+            steps: number("steps", &self.steps)?,
+            ..DecodePlan::default()
+        };
+        plan.check()?;
+        Ok(plan)
+    }
+}
+
 /// One row: `batch` sequences decoding together at `context` tokens each.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecodeRow {
@@ -196,6 +239,8 @@ fn mb(bytes: u64) -> String {
 
 /// Runs `plan` on `router`, each row's sequences prefilled from `texts`
 /// cut to exactly the row's context; `progress` hears each row as it ends.
+/// (The worker runs the same rows one at a time through [`measure_row`],
+/// yielding between them.)
 #[cfg(feature = "engine")]
 pub fn run(
     router: &router::Router,
@@ -204,66 +249,87 @@ pub fn run(
     bandwidth: Option<router::BandwidthProbe>,
     mut progress: impl FnMut(&DecodeRow),
 ) -> router::Result<DecodeSpeed> {
+    plan.check().map_err(router::RouterError::Request)?;
+    let mut rows = Vec::new();
+    for (context, batch) in plan.rows() {
+        let row = measure_row(router, texts, plan, context, batch)?;
+        progress(&row);
+        rows.push(row);
+    }
+    Ok(DecodeSpeed::of(router, plan, bandwidth, rows))
+}
+
+#[cfg(feature = "engine")]
+impl DecodeSpeed {
+    /// A run of `plan` on `router` from its measured rows.
+    pub fn of(router: &router::Router, plan: &DecodePlan, bandwidth: Option<router::BandwidthProbe>, rows: Vec<DecodeRow>) -> DecodeSpeed {
+        let weights = router.backbone.weight_bytes();
+        DecodeSpeed {
+            checkpoint: router.checkpoint_id().to_string(),
+            precision: router.backbone.precision.label(&router.weight_type),
+            threads: router::parallel::threads(),
+            plan: plan.clone(),
+            projection_bytes: weights.projections,
+            lm_head_bytes: weights.lm_head,
+            bandwidth,
+            rows,
+        }
+    }
+}
+
+/// One row of `plan`: `batch` sequences prefilled (untimed) to exactly
+/// `context` tokens of `texts`, then the plan's warm-up and timed steps.
+#[cfg(feature = "engine")]
+pub fn measure_row(
+    router: &router::Router,
+    texts: &[String],
+    plan: &DecodePlan,
+    context: usize,
+    batch: usize,
+) -> router::Result<DecodeRow> {
     use router::generate::{step, Sequence};
     use router::sampling::SamplingParams;
     use router::segment::KvState;
     use router::RouterError;
 
-    plan.check().map_err(RouterError::Request)?;
-    let weights = router.backbone.weight_bytes();
-    let shape = crate::generation::kv_shape(&router.backbone.hparams);
-    let mut rows = Vec::new();
-    for (context, batch) in plan.rows() {
-        let prompt = router::prompts::exact_prompt(&router.tokenizer, texts, context)?;
-        let ids = router.tokenizer.encode(&prompt.conversation.routing_text(router.tokenizer.layout))?;
-        let params = SamplingParams { max_new_tokens: plan.warmup + plan.steps + 2, ignore_eos: true, ..SamplingParams::default() };
-        let mut sequences = (0..batch)
-            .map(|_| Sequence::new(&router.backbone, ids.clone(), KvState::default(), params.clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RouterError::Request(e.to_string()))?;
-        for sequence in sequences.iter_mut() {
-            let n = sequence.pending();
-            step(&router.backbone, &router.tokenizer, &mut [(sequence, n)])?;
-        }
-        let (mut totals, mut projections, mut attention, mut head) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for i in 0..plan.warmup + plan.steps {
-            let mut fed: Vec<_> = sequences.iter_mut().map(|s| (s, 1)).collect();
-            let started = web_time::Instant::now();
-            let report = step(&router.backbone, &router.tokenizer, &mut fed)?;
-            let total = router::elapsed_ms(started);
-            if i >= plan.warmup {
-                totals.push(total);
-                projections.push(report.projections_ms);
-                attention.push(report.attention_ms);
-                head.push(report.lm_head_ms);
-            }
-        }
-        let median = |v: &[f64]| Summary::of(v).map_or(0.0, |s| s.p50);
-        let step_ms = Summary::of(&totals).expect("at least one timed step (checked)");
-        // The K/V the timed steps read, at the context of their middle step.
-        let held = context + plan.warmup + plan.steps / 2;
-        let row = DecodeRow {
-            context,
-            batch,
-            tokens_per_s: batch as f64 * 1000.0 / step_ms.p50,
-            step_ms,
-            projections_ms: median(&projections),
-            attention_ms: median(&attention),
-            lm_head_ms: median(&head),
-            bytes_per_step: weights.total() + batch as u64 * crate::generation::payload_kv_bytes(&shape, held),
-        };
-        progress(&row);
-        rows.push(row);
+    let prompt = router::prompts::exact_prompt(&router.tokenizer, texts, context)?;
+    let ids = router.tokenizer.encode(&prompt.conversation.routing_text(router.tokenizer.layout))?;
+    let params = SamplingParams { max_new_tokens: plan.warmup + plan.steps + 2, ignore_eos: true, ..SamplingParams::default() };
+    let mut sequences = (0..batch)
+        .map(|_| Sequence::new(&router.backbone, ids.clone(), KvState::default(), params.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RouterError::Request(e.to_string()))?;
+    for sequence in sequences.iter_mut() {
+        let n = sequence.pending();
+        step(&router.backbone, &router.tokenizer, &mut [(sequence, n)])?;
     }
-    Ok(DecodeSpeed {
-        checkpoint: router.checkpoint_id().to_string(),
-        precision: router.backbone.precision.label(&router.weight_type),
-        threads: router::parallel::threads(),
-        plan: plan.clone(),
-        projection_bytes: weights.projections,
-        lm_head_bytes: weights.lm_head,
-        bandwidth,
-        rows,
+    let (mut totals, mut projections, mut attention, mut head) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..plan.warmup + plan.steps {
+        let mut fed: Vec<_> = sequences.iter_mut().map(|s| (s, 1)).collect();
+        let started = web_time::Instant::now();
+        let report = step(&router.backbone, &router.tokenizer, &mut fed)?;
+        let total = router::elapsed_ms(started);
+        if i >= plan.warmup {
+            totals.push(total);
+            projections.push(report.projections_ms);
+            attention.push(report.attention_ms);
+            head.push(report.lm_head_ms);
+        }
+    }
+    let median = |v: &[f64]| Summary::of(v).map_or(0.0, |s| s.p50);
+    let step_ms = Summary::of(&totals).ok_or_else(|| RouterError::Request("steps: time at least one step".into()))?;
+    // The K/V the timed steps read, at the context of their middle step.
+    let held = context + plan.warmup + plan.steps / 2;
+    let kv = crate::generation::payload_kv_bytes(&crate::generation::kv_shape(&router.backbone.hparams), held);
+    Ok(DecodeRow {
+        context,
+        batch,
+        tokens_per_s: batch as f64 * 1000.0 / step_ms.p50,
+        step_ms,
+        projections_ms: median(&projections),
+        attention_ms: median(&attention),
+        lm_head_ms: median(&head),
+        bytes_per_step: router.backbone.weight_bytes().total() + batch as u64 * kv,
     })
 }
 
@@ -286,6 +352,17 @@ mod tests {
         assert!(bad.check().unwrap_err().starts_with("steps"));
         let bad = DecodePlan { contexts: vec![8], ..DecodePlan::default() };
         assert!(bad.check().unwrap_err().starts_with("context 8"));
+    }
+
+    #[test]
+    fn the_form_reads_the_default_plan_and_names_a_bad_field() {
+        assert_eq!(DecodePlanForm::default().parse().unwrap(), DecodePlan::default());
+        let form = DecodePlanForm { batches: "1, x".into(), ..DecodePlanForm::default() };
+        assert_eq!(form.parse().unwrap_err(), "batches: \"x\" is not a whole number");
+        let form = DecodePlanForm { contexts: "".into(), batches: "".into(), ..DecodePlanForm::default() };
+        assert!(form.parse().unwrap_err().starts_with("contexts and batches"));
+        let form = DecodePlanForm { steps: "0".into(), ..DecodePlanForm::default() };
+        assert!(form.parse().unwrap_err().starts_with("steps"));
     }
 
     #[test]

@@ -3,9 +3,11 @@
 //! tokens so Cancel is read (a cancelled generation keeps its tokens). And
 //! the generating serving test: many sequences batched by the scheduler.
 //! And the whole request: `decide` routes a user turn, then this engine,
-//! standing in for the chosen candidate, generates the answer.
+//! standing in for the chosen candidate, generates the answer. And the
+//! decode-speed bench, row by row.
 
 use bench::client_run::{RequestAccount, Routed, ServerTimings};
+use bench::decode_speed::{DecodePlan, DecodeSpeed};
 use bench::decode_study::{GenerationPlan, GenerationRun};
 use bench::generation::{formula_bytes_per_token, generation_requests, RouterStepEngine, SingleGeneration};
 use bench::report::{LatencyReport, NoStudies, Provenance};
@@ -156,6 +158,55 @@ impl RouterWorker {
 }
 
 impl RouterWorker {
+    /// Decode speed on this worker's engine: the memory-bandwidth probe,
+    /// then the plan's rows one at a time (`bench::decode_speed`, the code
+    /// `router-generate --decode-speed` runs natively), each posted as it
+    /// ends, yielding between rows so Cancel is read (a cancelled run keeps
+    /// the rows measured). Prompts are cut from the worker's task texts.
+    pub(crate) async fn decode_speed(&self, ticket: &JobTicket, plan: Deferred<DecodePlan>) -> Outcome {
+        /// Bytes the probe streams, as natively: past the cache (on the
+        /// development VM, whose L3 reads 300 MiB, 64 MiB streamed at
+        /// 44–55 GB/s and 256 MiB to 1 GiB at 23–27). The buffer is freed
+        /// after the probe, but the wasm memory it grew stays (it never
+        /// shrinks) for the allocator to reuse; the panel runs only when
+        /// asked.
+        const BANDWIDTH_BYTES: usize = 256 << 20;
+        let plan = plan.decode()?;
+        plan.check()?;
+        let loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
+        let router = &loaded.router;
+        let texts: Vec<String> = self.tasks.iter().map(|t| t.prompt.clone()).collect();
+        let bandwidth = router::probe::memory_bandwidth(BANDWIDTH_BYTES, 5);
+        let planned = plan.rows();
+        let (mut rows, mut cancelled, mut failure) = (Vec::new(), false, None);
+        for &(context, batch) in &planned {
+            gloo_timers::future::TimeoutFuture::new(0).await;
+            if self.cancelled(ticket) {
+                cancelled = true;
+                break;
+            }
+            match bench::decode_speed::measure_row(router, &texts, &plan, context, batch) {
+                Ok(row) => {
+                    self.progress(
+                        ticket,
+                        JobProgress::DecodeRow { done: rows.len() + 1, total: planned.len(), row: Deferred::encode(&row) },
+                    );
+                    rows.push(row);
+                }
+                Err(e) => {
+                    failure = Some(format!("context {context} × {batch}: {e}"));
+                    break;
+                }
+            }
+        }
+        let speed = DecodeSpeed::of(router, &plan, Some(bandwidth), rows);
+        *self.loaded.borrow_mut() = Some(loaded);
+        match failure {
+            Some(message) => Err(message),
+            None => Ok(Finished { result: JobResult::DecodeSpeed(Deferred::encode(&speed)), cancelled }),
+        }
+    }
+
     /// The whole request in the page: decide, then generate on this
     /// engine (the stand-in for every candidate), streaming as the Generate
     /// job does. The account's times run from when this worker took the

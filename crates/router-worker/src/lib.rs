@@ -187,6 +187,7 @@ impl RouterWorker {
             JobRequest::Generate { conversation, params } => self.generate(&ticket, conversation, params).await,
             JobRequest::ServeGenerate { plan, output_lengths } => self.serve_generate(&ticket, plan, output_lengths).await,
             JobRequest::Request { conversation, params, mode } => self.request(&ticket, conversation, params, mode).await,
+            JobRequest::DecodeSpeed { plan } => self.decode_speed(&ticket, plan).await,
             JobRequest::GemmProbe { m, k, n, repeats } => router::probe::gemm_probe(m, k, n, repeats, self.precision())
                 .map(|probe| Finished::complete(JobResult::GemmProbed(probe)))
                 .map_err(|e| e.to_string()),

@@ -421,16 +421,10 @@ fn chunk_partial(
 mod x86 {
     use std::arch::x86_64::*;
 
+    use crate::kernels::avx2::sum;
+
     pub fn available() -> bool {
         crate::kernels::avx2::available()
-    }
-
-    /// Eight f32 lanes summed.
-    #[target_feature(enable = "avx2,fma")]
-    fn sum(v: __m256) -> f32 {
-        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))
     }
 
     /// Four vectors' lane sums as one vector of four: two rounds of

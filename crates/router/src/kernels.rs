@@ -494,6 +494,15 @@ pub(crate) mod avx2 {
         *AVAILABLE.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
     }
 
+    /// Eight f32 lanes summed (the block dots of the LM head and of
+    /// decode attention end in one).
+    #[target_feature(enable = "avx2,fma")]
+    pub fn sum(v: __m256) -> f32 {
+        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+        _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))
+    }
+
     #[derive(Clone, Copy)]
     pub struct V(__m256);
 

@@ -165,17 +165,10 @@ mod x86 {
 
     use super::Q8_0_BYTES;
     use crate::integer::BLOCK;
+    use crate::kernels::avx2::sum;
 
     pub fn available() -> bool {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
-    }
-
-    /// Eight f32 lanes summed.
-    #[target_feature(enable = "avx2,fma")]
-    fn sum(v: __m256) -> f32 {
-        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))
     }
 
     /// A block's f16 scale by F16C's one instruction. `half`'s portable

@@ -66,7 +66,8 @@ pub fn integer_kernel_probes(m: usize, k: usize, n: usize, repeats: usize) -> Re
 /// task sums its run in 16 independent lanes (a sum, so the loads cannot
 /// be skipped; lanes, so the adds are not one serial chain that would
 /// bound the rate below the memory's). Choose `bytes` well past the last
-/// level cache (64 MiB here), or the rate is the cache's.
+/// level cache (`router-generate --decode-speed` streams 256 MiB), or the
+/// rate is the cache's.
 pub fn memory_bandwidth(bytes: usize, repeats: usize) -> crate::BandwidthProbe {
     let values = (bytes / 64).max(1) * 16;
     let buffer: Vec<f32> = (0..values).map(|i| (i % 7) as f32).collect();

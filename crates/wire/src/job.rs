@@ -12,6 +12,7 @@
 //! from a failure (a Load refused during a Decide is not a failed load).
 
 use bench::client_run::RequestAccount;
+use bench::decode_speed::{DecodePlan, DecodeRow, DecodeSpeed};
 use bench::decode_study::{GenerationPlan, GenerationRun};
 use bench::prefix::PrefixReport;
 use bench::quality::RoutedTask;
@@ -47,6 +48,7 @@ pub enum JobKind {
     Generate,
     ServeGenerate,
     Request,
+    DecodeSpeed,
 }
 
 impl JobKind {
@@ -63,6 +65,7 @@ impl JobKind {
             JobKind::Generate => "a generation",
             JobKind::ServeGenerate => "the serving test with generation",
             JobKind::Request => "a routed request",
+            JobKind::DecodeSpeed => "the decode-speed bench",
         }
     }
 
@@ -78,6 +81,7 @@ impl JobKind {
                 | JobKind::Generate
                 | JobKind::ServeGenerate
                 | JobKind::Request
+                | JobKind::DecodeSpeed
         )
     }
 }
@@ -173,6 +177,10 @@ pub enum JobRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mode: Option<String>,
     },
+    /// Decode speed on this worker's engine (`bench::decode_speed`): the
+    /// plan's rows one at a time, each posted as it ends
+    /// ([`JobProgress::DecodeRow`]), prompts cut from the worker's tasks.
+    DecodeSpeed { plan: Deferred<DecodePlan> },
 }
 
 impl JobRequest {
@@ -188,6 +196,7 @@ impl JobRequest {
             JobRequest::Generate { .. } => JobKind::Generate,
             JobRequest::ServeGenerate { .. } => JobKind::ServeGenerate,
             JobRequest::Request { .. } => JobKind::Request,
+            JobRequest::DecodeSpeed { .. } => JobKind::DecodeSpeed,
         }
     }
 }
@@ -374,6 +383,12 @@ pub enum JobProgress {
         served_by: String,
         decide_ms: f64,
     },
+    /// The decode-speed bench measured row `done` of `total`.
+    DecodeRow {
+        done: usize,
+        total: usize,
+        row: Deferred<DecodeRow>,
+    },
 }
 
 /// Where a generating serving test is: which run of how many, the
@@ -458,6 +473,8 @@ pub enum JobResult {
         report: Box<LatencyReport>,
         account: Deferred<RequestAccount>,
     },
+    /// The decode-speed run (cancelled: the rows measured so far).
+    DecodeSpeed(Deferred<DecodeSpeed>),
 }
 
 impl JobResult {
@@ -474,6 +491,7 @@ impl JobResult {
             JobResult::Generated(_) => JobKind::Generate,
             JobResult::ServedGeneration { .. } => JobKind::ServeGenerate,
             JobResult::Requested { .. } => JobKind::Request,
+            JobResult::DecodeSpeed(_) => JobKind::DecodeSpeed,
         }
     }
 }

@@ -332,6 +332,27 @@ mod tests {
             JobResult::ServedGeneration { checkpoint_id: "gguf-1".into(), precision: "int8".into(), runs: Deferred::encode(&runs) };
         let from = FromWorker::Job { id: JobId(7), event: JobEvent::Finished { result, cancelled: false } };
         assert_eq!(FromWorker::from_json(&from.to_json()).unwrap(), from);
+        // The decode-speed bench's plan and rows, deferred the same way.
+        let plan = bench::decode_speed::DecodePlan::default();
+        let to = ToWorker::Start { id: JobId(9), job: JobRequest::DecodeSpeed { plan: Deferred::encode(&plan) } };
+        let back = ToWorker::from_json(&to.to_json()).unwrap();
+        let ToWorker::Start { job: JobRequest::DecodeSpeed { plan: sent }, .. } = back else { unreachable!() };
+        assert_eq!(sent.decode().unwrap(), plan);
+        let row = bench::decode_speed::DecodeRow {
+            context: 256,
+            batch: 8,
+            step_ms: bench::Summary { n: 1, p50: 30.0, p95: 30.0, min: 30.0, max: 30.0, mean: 30.0 },
+            projections_ms: 15.0,
+            attention_ms: 8.0,
+            lm_head_ms: 7.0,
+            tokens_per_s: 266.7,
+            bytes_per_step: 264_000_000,
+        };
+        let progress = FromWorker::Job {
+            id: JobId(9),
+            event: JobEvent::Progress(JobProgress::DecodeRow { done: 1, total: 5, row: Deferred::encode(&row) }),
+        };
+        assert_eq!(FromWorker::from_json(&progress.to_json()).unwrap(), progress);
         // A decide asking for the untrained scoring says so; the default
         // (the trained head) is left out of the message.
         let decide = |scoring| JobRequest::Decide { conversation: router::Conversation::user("fix it"), mode: None, scoring };

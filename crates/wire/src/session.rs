@@ -409,6 +409,7 @@ mod tests {
             JobKind::Generate,
             JobKind::ServeGenerate,
             JobKind::Request,
+            JobKind::DecodeSpeed,
         ] {
             assert_eq!(session.can_start(kind), Err(Refusal::NoModel), "{kind:?}");
         }
@@ -461,9 +462,16 @@ mod tests {
             session.start(kind).unwrap();
             assert_eq!(session.request_cancel(), None, "{kind:?} is one call: nothing to cancel");
         }
-        for kind in
-            [JobKind::Bench, JobKind::Prefix, JobKind::Route, JobKind::Serve, JobKind::Generate, JobKind::ServeGenerate, JobKind::Request]
-        {
+        for kind in [
+            JobKind::Bench,
+            JobKind::Prefix,
+            JobKind::Route,
+            JobKind::Serve,
+            JobKind::Generate,
+            JobKind::ServeGenerate,
+            JobKind::Request,
+            JobKind::DecodeSpeed,
+        ] {
             let mut session = ready();
             let id = session.start(kind).unwrap();
             session.apply(job(id, JobEvent::Started));
