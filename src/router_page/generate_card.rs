@@ -16,7 +16,7 @@ use router::Conversation;
 use wire::{Deferred, JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::worker::{JobProgress as JobProgressLine, Worker};
-use super::{bytes_label, Alert};
+use super::{bytes_label, text_field, Alert};
 
 /// What the card shows of a running or finished generation.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -197,14 +197,7 @@ fn DecodeSpeedPanel() -> impl IntoView {
             view! { <JobProgressLine id="decode" label="Decode-speed progress" value=done as f64 max=total.max(1) as f64 text=text/> }
         })
     };
-    let field = move |name: &'static str, label: &'static str, get: fn(&DecodePlanForm) -> String, set: fn(&mut DecodePlanForm, String)| {
-        view! {
-            <label class="field small">{label}
-                <input type="text" data-testid=format!("decode-{name}") prop:value=move || state.form.with(get)
-                    on:input=move |ev| state.form.update(|f| set(f, event_target_value(&ev)))/>
-            </label>
-        }
-    };
+    let field = move |name: &'static str, label, get, set| text_field(state.form, format!("decode-{name}"), label, get, set);
     view! {
         <h3>"Decode speed"</h3>
         <p class="note">

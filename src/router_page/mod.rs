@@ -176,6 +176,23 @@ async fn fetch_study<T: Clone>(file: &str, what: &str, section: fn(&Report) -> O
     Ok((report, study))
 }
 
+/// One text field of a card's form (`F`, the fields as typed): labelled,
+/// read from the form and written back to it on every keystroke, so
+/// nothing typed is lost whatever the check later says of it.
+fn text_field<F: Send + Sync + 'static>(
+    form: RwSignal<F>,
+    testid: String,
+    label: &'static str,
+    get: fn(&F) -> String,
+    set: fn(&mut F, String),
+) -> impl IntoView {
+    view! {
+        <label class="field small">{label}
+            <input type="text" data-testid=testid prop:value=move || form.with(get) on:input=move |ev| form.update(|f| set(f, event_target_value(&ev)))/>
+        </label>
+    }
+}
+
 fn bytes_label(n: f64) -> String {
     kv::units::binary(n.max(0.0) as u128)
 }

@@ -9,7 +9,7 @@ use wire::{JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::serve_form::ServeForm;
 use super::worker::{JobProgress as JobProgressLine, Worker};
-use super::{fetch_study, Alert, NeedsModel, PageForm, ReportActions};
+use super::{fetch_study, text_field, Alert, NeedsModel, PageForm, ReportActions};
 use crate::browser;
 use crate::browser::picked_file;
 use crate::serve_view::ServeView;
@@ -157,13 +157,7 @@ pub fn ServeCard() -> impl IntoView {
             }
         });
     };
-    let field = move |label: &'static str, id: &'static str, get: fn(&ServeForm) -> String, set: fn(&mut ServeForm, String)| {
-        view! {
-            <label class="field small">{label}
-                <input type="text" data-testid=id prop:value=move || form.with(get) on:input=move |ev| form.update(|f| set(f, event_target_value(&ev)))/>
-            </label>
-        }
-    };
+    let field = move |label, id: &'static str, get, set| text_field(form, id.to_string(), label, get, set);
     let live = move || {
         (worker.running.get() == Some(JobKind::Serve)).then(|| {
             let ServeLive { run: index, samples, finished, arrivals } = state.live.get().unwrap_or_default();

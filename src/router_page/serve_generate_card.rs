@@ -14,7 +14,7 @@ use wire::job::GenerationTick;
 use wire::{Deferred, JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::worker::{JobProgress as JobProgressLine, Worker};
-use super::{Alert, NeedsModel};
+use super::{text_field, Alert, NeedsModel};
 use crate::browser;
 
 /// A finished test.
@@ -110,14 +110,7 @@ pub fn ServeGenerateCard() -> impl IntoView {
             view! { <JobProgressLine id="gen-serve" label="Serving test with generation progress" value=value max=max text=text/> }
         })
     };
-    let field = move |name: &'static str, label: &'static str, get: fn(&GenerationForm) -> String, set: fn(&mut GenerationForm, String)| {
-        view! {
-            <label class="field small">{label}
-                <input type="text" data-testid=format!("gen-serve-{name}") prop:value=move || state.form.with(get)
-                    on:input=move |ev| state.form.update(|f| set(f, event_target_value(&ev)))/>
-            </label>
-        }
-    };
+    let field = move |name: &'static str, label, get, set| text_field(state.form, format!("gen-serve-{name}"), label, get, set);
     view! {
         <section class="card" aria-labelledby="gen-serve-h">
             <h2 id="gen-serve-h">"8 · Serving with generation (note 06)"</h2>

@@ -58,8 +58,17 @@ impl DecodePlan {
         if let Some(c) = self.contexts.iter().chain([&self.batch_context]).find(|&&c| c < 16) {
             return Err(format!("context {c}: at least 16 tokens (the chat template's own)"));
         }
+        if let Some(c) = self.contexts.iter().chain([&self.batch_context]).find(|&&c| c > MAX_CONTEXT) {
+            return Err(format!("context {c}: at most {MAX_CONTEXT} tokens"));
+        }
         if self.batches.contains(&0) {
             return Err("batches: a batch holds at least one sequence".into());
+        }
+        if let Some(b) = self.batches.iter().find(|&&b| b > MAX_BATCH || b * self.batch_context > MAX_BATCH_TOKENS) {
+            return Err(format!(
+                "batches: {b} sequences of {} tokens; at most {MAX_BATCH} sequences and {MAX_BATCH_TOKENS} tokens held in all",
+                self.batch_context
+            ));
         }
         if self.steps == 0 {
             return Err("steps: time at least one step".into());
@@ -110,6 +119,15 @@ impl DecodePlanForm {
         Ok(plan)
     }
 }
+
+/// The longest context a row may ask for.
+pub const MAX_CONTEXT: usize = 4096;
+/// The most sequences a batch row may hold, and the most tokens all of
+/// them may hold together: the K/V a row allocates (46 KB a token for
+/// SmolLM2 in f32: 16,384 tokens are 755 MB) must fit a browser worker's
+/// wasm memory beside the model, or the worker dies instead of refusing.
+pub const MAX_BATCH: usize = 32;
+pub const MAX_BATCH_TOKENS: usize = 16_384;
 
 /// One row: `batch` sequences decoding together at `context` tokens each.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -352,6 +370,13 @@ mod tests {
         assert!(bad.check().unwrap_err().starts_with("steps"));
         let bad = DecodePlan { contexts: vec![8], ..DecodePlan::default() };
         assert!(bad.check().unwrap_err().starts_with("context 8"));
+        let bad = DecodePlan { contexts: vec![5000], ..DecodePlan::default() };
+        assert!(bad.check().unwrap_err().starts_with("context 5000: at most 4096"));
+        let bad = DecodePlan { batches: vec![33], ..DecodePlan::default() };
+        assert!(bad.check().unwrap_err().starts_with("batches: 33 sequences"));
+        let bad = DecodePlan { batches: vec![32], batch_context: 1024, ..DecodePlan::default() };
+        assert!(bad.check().unwrap_err().starts_with("batches: 32 sequences of 1024 tokens"));
+        assert!(DecodePlan { batches: vec![32], batch_context: 512, ..DecodePlan::default() }.check().is_ok());
     }
 
     #[test]
