@@ -159,6 +159,17 @@ pub fn affine_group(dtype: GgmlDType) -> Option<usize> {
     }
 }
 
+/// Bits each of [`affine_row`]'s values takes for `dtype` (4, 5 or 6), or
+/// `None` where [`affine_group`] is.
+pub fn affine_bits(dtype: GgmlDType) -> Option<u32> {
+    match dtype {
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q4K => Some(4),
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q5K => Some(5),
+        GgmlDType::Q6K => Some(6),
+        _ => None,
+    }
+}
+
 /// Decodes one row into the integer kernel's form: value `i` is
 /// `scales[g] × q[i] + mins[g]` with `g = i / affine_group(dtype)` and
 /// `q[i] ≤ 63`. The same numbers as [`row`], regrouped: the 4- and 5-bit

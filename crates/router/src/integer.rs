@@ -248,9 +248,71 @@ fn round_to_i8(y: f32) -> i8 {
     (y + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i8
 }
 
-/// A weight `[n × k]` repacked for the integer kernels: one unsigned byte
-/// per value (≤ 63) in panels of [`PANEL`] rows, a scale per `group`
-/// values, and the minimums as a packed f32 matrix `[n × k / group]`.
+/// How many bits a weight's values take in [`IntPacked`]'s panels.
+///
+/// A decode step multiplies one activation row per sequence by every
+/// weight, so it reads each weight byte once and does a few integer
+/// operations with it: its time is the weight's bytes over the memory
+/// bandwidth. Q4_0, Q4_1 and Q4_K values (≤ 15) held a byte each made the
+/// projections 1.25 bytes a weight with their f32 scales and minimums,
+/// against llama.cpp's 0.56 (Q4_0) and 0.63 (Q4_1); two a byte makes them
+/// 0.75, at the price of splitting each loaded vector into its two
+/// nibbles (an `and`, a shift and an `and` per two steps, shared by the
+/// strip's activation rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueWidth {
+    /// Two values a byte: step `2j` in the low nibbles, step `2j + 1` in
+    /// the high ones. Values ≤ 15.
+    Nibble,
+    /// One value a byte. Values ≤ 63.
+    Byte,
+}
+
+impl ValueWidth {
+    /// The narrowest width that holds values of `bits` bits.
+    pub fn for_bits(bits: u32) -> ValueWidth {
+        if bits <= 4 {
+            ValueWidth::Nibble
+        } else {
+            ValueWidth::Byte
+        }
+    }
+
+    /// Bytes one panel of [`PANEL`] rows × `k` values takes.
+    fn panel_bytes(self, k: usize) -> usize {
+        match self {
+            ValueWidth::Nibble => PANEL * k / 2,
+            ValueWidth::Byte => PANEL * k,
+        }
+    }
+
+    /// Where steps `step` (even) and `step + 1` of a panel begin, in bytes
+    /// from the panel's start: the two steps' 32 bytes side by side, or
+    /// one 32-byte vector whose low and high nibbles are the two.
+    #[inline(always)]
+    fn step_pair_offset(self, step: usize) -> usize {
+        match self {
+            ValueWidth::Nibble => step / 2 * PANEL * STEP,
+            ValueWidth::Byte => step * PANEL * STEP,
+        }
+    }
+
+    /// Value `i` of a panel's row `lane`, read from the panel's bytes.
+    fn value(self, panel: &[u8], i: usize, lane: usize) -> u8 {
+        let step = i / STEP;
+        let byte = self.step_pair_offset(step & !1) + lane * STEP + i % STEP;
+        match self {
+            ValueWidth::Nibble if step % 2 == 1 => panel[byte] >> 4,
+            ValueWidth::Nibble => panel[byte] & 0x0f,
+            ValueWidth::Byte => panel[byte + (step % 2) * PANEL * STEP],
+        }
+    }
+}
+
+/// A weight `[n × k]` repacked for the integer kernels: its unsigned
+/// values (≤ 63, or ≤ 15 two a byte: [`ValueWidth`]) in panels of
+/// [`PANEL`] rows, a scale per `group` values, and the minimums as a
+/// packed f32 matrix `[n × k / group]`.
 ///
 /// Within a panel the rows are interleaved [`STEP`] values at a time: step
 /// `s` holds values `4s..4s + 4` of each of the panel's 8 rows, 32 bytes
@@ -266,7 +328,10 @@ pub struct IntPacked {
     pub k: usize,
     /// Values per scale: 32, or 16 for Q6_K.
     pub group: usize,
-    /// `[⌈n / PANEL⌉ × k / STEP × PANEL × STEP]`; rows past `n` are zero.
+    /// Values a byte.
+    pub width: ValueWidth,
+    /// `[⌈n / PANEL⌉ × k / STEP × PANEL × STEP]` values, one or two a
+    /// byte; rows past `n` are zero.
     q: Vec<u8>,
     /// `[⌈n / PANEL⌉ × k / group × PANEL]`: each group's scales for the
     /// panel's rows side by side (zero past `n`).
@@ -276,7 +341,8 @@ pub struct IntPacked {
 }
 
 impl IntPacked {
-    /// Bytes held: a byte a value, and a scale and a minimum a group.
+    /// Bytes held: a byte or half a byte a value, and a scale and a
+    /// minimum a group.
     pub fn bytes(&self) -> u64 {
         (self.q.len() + 4 * (self.scales.len() + self.mins.len())) as u64
     }
@@ -285,21 +351,44 @@ impl IntPacked {
     /// `k` values and `k / group` scales and minimums. Panels are decoded on
     /// the pool's threads, each through one row's scratch: no row-major
     /// copy of the weight exists beside the panels.
-    pub fn from_row_fn(n: usize, k: usize, group: usize, row: impl Fn(usize, &mut [u8], &mut [f32], &mut [f32]) + Sync) -> IntPacked {
+    ///
+    /// # Panics
+    /// If a row decoder gives a value wider than `width` holds (a caller's
+    /// bug: the width comes from the format's bits).
+    pub fn from_row_fn(
+        n: usize,
+        k: usize,
+        group: usize,
+        width: ValueWidth,
+        row: impl Fn(usize, &mut [u8], &mut [f32], &mut [f32]) + Sync,
+    ) -> IntPacked {
         assert!(k.is_multiple_of(BLOCK) && (group == 16 || group == 32), "[{n} × {k}] in groups of {group}");
-        let (panels, groups) = (n.div_ceil(PANEL), k / group);
+        let (panels, groups, panel_bytes) = (n.div_ceil(PANEL), k / group, width.panel_bytes(k));
         // Per panel: its scales interleaved, then its minimums likewise.
         let meta_len = 2 * groups * PANEL;
-        let (mut q, mut meta) = (vec![0u8; panels * PANEL * k], vec![0f32; panels * meta_len]);
+        let (mut q, mut meta) = (vec![0u8; panels * panel_bytes], vec![0f32; panels * meta_len]);
         let per_task = (parallel::rows_per_task(n) / PANEL).max(1);
-        parallel::for_each_rows_mut2(&mut q, PANEL * k, &mut meta, meta_len, per_task, |first, q_panels, meta_panels| {
+        parallel::for_each_rows_mut2(&mut q, panel_bytes, &mut meta, meta_len, per_task, |first, q_panels, meta_panels| {
             let (mut values, mut scales, mut mins) = (vec![0u8; k], vec![0f32; groups], vec![0f32; groups]);
-            for (i, (panel, meta)) in q_panels.chunks_exact_mut(PANEL * k).zip(meta_panels.chunks_exact_mut(meta_len)).enumerate() {
+            for (i, (panel, meta)) in q_panels.chunks_exact_mut(panel_bytes).zip(meta_panels.chunks_exact_mut(meta_len)).enumerate() {
                 let (panel_scales, panel_mins) = meta.split_at_mut(groups * PANEL);
                 for lane in 0..PANEL.min(n - (first + i) * PANEL) {
                     row((first + i) * PANEL + lane, &mut values, &mut scales, &mut mins);
-                    for (s, four) in values.chunks_exact(STEP).enumerate() {
-                        panel[(s * PANEL + lane) * STEP..][..STEP].copy_from_slice(four);
+                    match width {
+                        ValueWidth::Byte => {
+                            for (s, four) in values.chunks_exact(STEP).enumerate() {
+                                panel[(s * PANEL + lane) * STEP..][..STEP].copy_from_slice(four);
+                            }
+                        }
+                        ValueWidth::Nibble => {
+                            assert!(values.iter().all(|&v| v <= 0x0f), "row {} has a value past 4 bits", (first + i) * PANEL + lane);
+                            for (j, eight) in values.chunks_exact(2 * STEP).enumerate() {
+                                let byte = &mut panel[(j * PANEL + lane) * STEP..][..STEP];
+                                for (b, (&low, &high)) in byte.iter_mut().zip(eight[..STEP].iter().zip(&eight[STEP..])) {
+                                    *b = low | high << 4;
+                                }
+                            }
+                        }
                     }
                     scales.iter().enumerate().for_each(|(g, &v)| panel_scales[g * PANEL + lane] = v);
                     mins.iter().enumerate().for_each(|(g, &v)| panel_mins[g * PANEL + lane] = v);
@@ -308,7 +397,7 @@ impl IntPacked {
         });
         let scales = meta.chunks_exact(meta_len).flat_map(|m| &m[..groups * PANEL]).copied().collect();
         let mins = meta.chunks_exact(meta_len).flat_map(|m| &m[groups * PANEL..]).copied().collect();
-        IntPacked { n, k, group, q, scales, mins }
+        IntPacked { n, k, group, width, q, scales, mins }
     }
 
     /// `x` is `[m × k]` f32; returns `[m × n]`: `x` quantized per block
@@ -424,6 +513,7 @@ impl IntPacked {
                 let input = Strip {
                     k,
                     group: self.group,
+                    width: self.width,
                     x: x_rows.map(|r| &acts.q[r * k..][..k]),
                     x_wide: x_rows.map(|r| acts.q_wide.get(r * k..(r + 1) * k).unwrap_or_default()),
                     x_scales: x_rows.map(|r| acts.scales(r)),
@@ -456,6 +546,7 @@ struct Strip<'a> {
     k: usize,
     /// Values per weight scale (32, or 16).
     group: usize,
+    width: ValueWidth,
     x: [&'a [i8]; R],
     /// The same rows widened to i16 where [`WIDENED_ACTIVATIONS`]; else empty.
     x_wide: [&'a [i16]; R],
@@ -486,7 +577,10 @@ impl Strip<'_> {
     /// sums.
     fn assert_in_bounds(&self) {
         let meta = self.panels.end * self.groups() * PANEL;
-        assert!(self.panels.end * PANEL * self.k <= self.q.len() && meta <= self.scales.len() && meta <= self.mins.len());
+        assert!(self.panels.end * self.width.panel_bytes(self.k) <= self.q.len() && meta <= self.scales.len() && meta <= self.mins.len());
+        // Nibbles pair steps within a group: never Q6_K's 16-value groups
+        // (6-bit values), so a group's steps come in whole pairs.
+        assert!(self.width == ValueWidth::Byte || self.group == BLOCK);
         assert!(self.x.iter().all(|x| x.len() >= self.k) && self.x_scales.iter().all(|x| x.len() >= self.k / BLOCK));
         assert!(!WIDENED_ACTIVATIONS || self.x_wide.iter().all(|x| x.len() >= self.k));
         assert!(self.x_sums.iter().all(|x| x.len() >= self.groups()));
@@ -518,17 +612,16 @@ type StripFn = fn(&Strip, &mut [f32], usize);
 /// The reference: scalar i32 dots per group, scaled in f32.
 fn portable_strip(s: &Strip, out: &mut [f32], ld: usize) {
     let (k, group, groups) = (s.k, s.group, s.groups());
+    let panel_bytes = s.width.panel_bytes(k);
     for p in s.panels.clone() {
-        let panel = &s.q[p * PANEL * k..][..PANEL * k];
+        let panel = &s.q[p * panel_bytes..][..panel_bytes];
         let scales = &s.scales[p * groups * PANEL..][..groups * PANEL];
         let mins = &s.mins[p * groups * PANEL..][..groups * PANEL];
         let mut sums = [[0f32; PANEL]; R];
         for (r, sums_r) in sums.iter_mut().enumerate() {
             for (lane, sum) in sums_r.iter_mut().enumerate() {
                 for g in 0..groups {
-                    let dot: i32 = (g * group..(g + 1) * group)
-                        .map(|i| s.x[r][i] as i32 * panel[(i / STEP * PANEL + lane) * STEP + i % STEP] as i32)
-                        .sum();
+                    let dot: i32 = (g * group..(g + 1) * group).map(|i| s.x[r][i] as i32 * s.width.value(panel, i, lane) as i32).sum();
                     *sum += dot as f32 * (s.x_scales[r][g * group / BLOCK] * scales[g * PANEL + lane]);
                     *sum += s.x_sums[r][g] * mins[g * PANEL + lane];
                 }
@@ -540,7 +633,7 @@ fn portable_strip(s: &Strip, out: &mut [f32], ld: usize) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Strip, BLOCK, PANEL, R, STEP};
+    use super::{Strip, ValueWidth, BLOCK, PANEL, R, STEP};
     use std::arch::x86_64::*;
 
     /// How a kernel adds two steps of a panel against one activation row:
@@ -601,19 +694,19 @@ mod x86 {
         ($name:ident, $features:literal, $two_steps:ty, $panels:literal) => {
             pub fn $name(s: &Strip, out: &mut [f32], ld: usize) {
                 #[target_feature(enable = $features)]
-                unsafe fn steps<const STEPS: usize>(s: &Strip, out: &mut [f32], ld: usize) {
+                unsafe fn steps<const STEPS: usize, const NIBBLES: bool>(s: &Strip, out: &mut [f32], ld: usize) {
                     // SAFETY: the body's features are enabled here; bounds
                     // as asserted by the caller below.
-                    unsafe { strip_body::<STEPS, $panels, $two_steps>(s, out, ld) }
+                    unsafe { strip_body::<STEPS, NIBBLES, $panels, $two_steps>(s, out, ld) }
                 }
                 s.assert_in_bounds();
                 // SAFETY: `kernels` offers this function only where the CPU
                 // has these features.
                 unsafe {
-                    if s.group == 16 {
-                        steps::<4>(s, out, ld)
-                    } else {
-                        steps::<8>(s, out, ld)
+                    match (s.group, s.width) {
+                        (16, _) => steps::<4, false>(s, out, ld),
+                        (_, ValueWidth::Byte) => steps::<8, false>(s, out, ld),
+                        (_, ValueWidth::Nibble) => steps::<8, true>(s, out, ld),
                     }
                 }
             }
@@ -631,7 +724,7 @@ mod x86 {
     /// AVX2, FMA and `D`'s features are enabled; the strip's bounds hold
     /// (`Strip::assert_in_bounds`).
     #[inline(always)]
-    unsafe fn strip_body<const STEPS: usize, const PANELS: usize, D: TwoSteps>(s: &Strip, out: &mut [f32], ld: usize) {
+    unsafe fn strip_body<const STEPS: usize, const NIBBLES: bool, const PANELS: usize, D: TwoSteps>(s: &Strip, out: &mut [f32], ld: usize) {
         // A strip of fewer real rows than `R` (a decode step's one row
         // per sequence, a prompt's last rows) runs a body for that many:
         // computing the repeated rows too made one row cost as much as
@@ -640,10 +733,10 @@ mod x86 {
         // SAFETY: forwarded.
         unsafe {
             match s.rows {
-                1 => strip_rows::<STEPS, PANELS, D, 1>(s, out, ld),
-                2 => strip_rows::<STEPS, PANELS, D, 2>(s, out, ld),
-                3 => strip_rows::<STEPS, PANELS, D, 3>(s, out, ld),
-                _ => strip_rows::<STEPS, PANELS, D, R>(s, out, ld),
+                1 => strip_rows::<STEPS, NIBBLES, PANELS, D, 1>(s, out, ld),
+                2 => strip_rows::<STEPS, NIBBLES, PANELS, D, 2>(s, out, ld),
+                3 => strip_rows::<STEPS, NIBBLES, PANELS, D, 3>(s, out, ld),
+                _ => strip_rows::<STEPS, NIBBLES, PANELS, D, R>(s, out, ld),
             }
         }
     }
@@ -653,15 +746,19 @@ mod x86 {
     /// # Safety
     /// As [`strip_body`].
     #[inline(always)]
-    unsafe fn strip_rows<const STEPS: usize, const PANELS: usize, D: TwoSteps, const RR: usize>(s: &Strip, out: &mut [f32], ld: usize) {
+    unsafe fn strip_rows<const STEPS: usize, const NIBBLES: bool, const PANELS: usize, D: TwoSteps, const RR: usize>(
+        s: &Strip,
+        out: &mut [f32],
+        ld: usize,
+    ) {
         let mut p = s.panels.start;
         while p < s.panels.end {
             // SAFETY: forwarded; panels p..p + PANELS lie in the strip's.
             if PANELS == 2 && p + 1 < s.panels.end {
-                unsafe { panels_body::<STEPS, 2, D, RR>(s, p, out, ld) };
+                unsafe { panels_body::<STEPS, NIBBLES, 2, D, RR>(s, p, out, ld) };
                 p += 2;
             } else {
-                unsafe { panels_body::<STEPS, 1, D, RR>(s, p, out, ld) };
+                unsafe { panels_body::<STEPS, NIBBLES, 1, D, RR>(s, p, out, ld) };
                 p += 1;
             }
         }
@@ -680,7 +777,7 @@ mod x86 {
     /// AVX2, FMA and `D`'s features are enabled; the strip's bounds hold
     /// (`Strip::assert_in_bounds`) and `first + P ≤ s.panels.end`.
     #[inline(always)]
-    unsafe fn panels_body<const STEPS: usize, const P: usize, D: TwoSteps, const RR: usize>(
+    unsafe fn panels_body<const STEPS: usize, const NIBBLES: bool, const P: usize, D: TwoSteps, const RR: usize>(
         s: &Strip,
         first: usize,
         out: &mut [f32],
@@ -692,7 +789,8 @@ mod x86 {
         // values, k / 32 scales and k / group sums, and step s reads values
         // 4s..4s + 8 < k; the features are enabled (this function's
         // contract).
-        let wq: [*const u8; P] = std::array::from_fn(|i| unsafe { s.q.as_ptr().add((first + i) * PANEL * k) });
+        let width = if NIBBLES { ValueWidth::Nibble } else { ValueWidth::Byte };
+        let wq: [*const u8; P] = std::array::from_fn(|i| unsafe { s.q.as_ptr().add((first + i) * width.panel_bytes(k)) });
         let ws: [*const f32; P] = std::array::from_fn(|i| unsafe { s.scales.as_ptr().add((first + i) * groups * PANEL) });
         let wm: [*const f32; P] = std::array::from_fn(|i| unsafe { s.mins.as_ptr().add((first + i) * groups * PANEL) });
         // The strip's first RR activation rows (RR ≤ R: `strip_body`).
@@ -704,8 +802,14 @@ mod x86 {
             for pair in 0..STEPS / 2 {
                 let step = g * STEPS + 2 * pair;
                 let w: [(__m256i, __m256i); P] = std::array::from_fn(|i| unsafe {
-                    let w = wq[i].add(step * PANEL * STEP) as *const __m256i;
-                    (_mm256_loadu_si256(w), _mm256_loadu_si256(w.add(1)))
+                    let w = wq[i].add(width.step_pair_offset(step)) as *const __m256i;
+                    if NIBBLES {
+                        // One load, both steps: low nibbles, then high.
+                        let (both, low4) = (_mm256_loadu_si256(w), _mm256_set1_epi8(0x0f));
+                        (_mm256_and_si256(both, low4), _mm256_and_si256(_mm256_srli_epi16(both, 4), low4))
+                    } else {
+                        (_mm256_loadu_si256(w), _mm256_loadu_si256(w.add(1)))
+                    }
                 });
                 for (dots_r, x_row) in dots.iter_mut().zip(xs) {
                     unsafe {
@@ -748,7 +852,7 @@ mod x86 {
 mod simd128 {
     #[cfg(target_feature = "relaxed-simd")]
     use super::{Activations, IntPacked};
-    use super::{Kernel, Strip, BLOCK, PANEL, R, STEP};
+    use super::{Kernel, Strip, ValueWidth, BLOCK, PANEL, R, STEP};
     use core::arch::wasm32::*;
 
     /// Weight rows per vector: a panel is two halves of 4.
@@ -793,7 +897,7 @@ mod simd128 {
     fn faster(a: Kernel, b: Kernel, margin: f64) -> bool {
         const ROWS: usize = 8 * R;
         let (n, k) = (256, 576);
-        let weight = IntPacked::from_row_fn(n, k, 32, |r, q, scales, mins| {
+        let weight = IntPacked::from_row_fn(n, k, 32, ValueWidth::Byte, |r, q, scales, mins| {
             q.iter_mut().enumerate().for_each(|(i, v)| *v = ((r * 5 + i * 3) % 64) as u8);
             scales.fill(0.01);
             mins.fill(-0.1);
@@ -844,6 +948,9 @@ mod simd128 {
         /// # Safety
         /// 16 bytes from `w` are readable.
         unsafe fn load_weights(w: *const u8) -> Self::Weights;
+        /// One step of a half panel from a vector of its 16 values (each
+        /// ≤ 15: a nibble-packed weight's, already split).
+        fn weights(v: v128) -> Self::Weights;
         /// Loads activation row `r`'s steps `step` and `step + 1`, 8
         /// values, as the dots take each step's 4 (repeated across the
         /// vector). By default each step's 4 bytes broadcast, as the
@@ -881,6 +988,10 @@ mod simd128 {
             unsafe { v128_load(w as *const v128) }
         }
         #[inline(always)]
+        fn weights(v: v128) -> v128 {
+            v
+        }
+        #[inline(always)]
         fn new() -> Self {
             PairsI16(i32x4_splat(0))
         }
@@ -911,6 +1022,10 @@ mod simd128 {
         unsafe fn load_weights(w: *const u8) -> v128 {
             // SAFETY: the caller's 16 bytes.
             unsafe { v128_load(w as *const v128) }
+        }
+        #[inline(always)]
+        fn weights(v: v128) -> v128 {
+            v
         }
         #[inline(always)]
         fn new() -> Self {
@@ -963,6 +1078,11 @@ mod simd128 {
         }
 
         #[inline(always)]
+        fn weights(v: v128) -> [v128; 2] {
+            [u16x8_extend_low_u8x16(v), u16x8_extend_high_u8x16(v)]
+        }
+
+        #[inline(always)]
         unsafe fn load_row(s: &Strip, r: usize, step: usize) -> (v128, v128) {
             // Each step's 4 values, widened at quantization, as one 8-byte
             // broadcast. (Broadcasting the bytes and widening them here,
@@ -1007,11 +1127,13 @@ mod simd128 {
     fn strip<D: Dots>(s: &Strip, out: &mut [f32], ld: usize) {
         // The pointers below stay inside their slices (see `strip_steps`).
         s.assert_in_bounds();
-        match (s.group, D::HALVES_AT_ONCE) {
-            (16, 2) => strip_steps::<4, 2, D>(s, out, ld),
-            (16, _) => strip_steps::<4, 1, D>(s, out, ld),
-            (_, 2) => strip_steps::<8, 2, D>(s, out, ld),
-            _ => strip_steps::<8, 1, D>(s, out, ld),
+        match (s.group, D::HALVES_AT_ONCE, s.width) {
+            (16, 2, _) => strip_steps::<4, false, 2, D>(s, out, ld),
+            (16, _, _) => strip_steps::<4, false, 1, D>(s, out, ld),
+            (_, 2, ValueWidth::Byte) => strip_steps::<8, false, 2, D>(s, out, ld),
+            (_, _, ValueWidth::Byte) => strip_steps::<8, false, 1, D>(s, out, ld),
+            (_, 2, ValueWidth::Nibble) => strip_steps::<8, true, 2, D>(s, out, ld),
+            (_, _, ValueWidth::Nibble) => strip_steps::<8, true, 1, D>(s, out, ld),
         }
     }
 
@@ -1021,10 +1143,11 @@ mod simd128 {
     /// activation broadcast serves both halves: 12 loads for 16 dots
     /// instead of 20, for 8 dot accumulators instead of 4 (see
     /// [`Dots::HALVES_AT_ONCE`]).
-    fn strip_steps<const STEPS: usize, const H: usize, D: Dots>(s: &Strip, out: &mut [f32], ld: usize) {
+    fn strip_steps<const STEPS: usize, const NIBBLES: bool, const H: usize, D: Dots>(s: &Strip, out: &mut [f32], ld: usize) {
         let (k, group, groups) = (s.k, s.group, s.groups());
+        let width = if NIBBLES { ValueWidth::Nibble } else { ValueWidth::Byte };
         for p in s.panels.clone() {
-            let wq = s.q.as_ptr().wrapping_add(p * PANEL * k);
+            let wq = s.q.as_ptr().wrapping_add(p * width.panel_bytes(k));
             let ws = s.scales.as_ptr().wrapping_add(p * groups * PANEL);
             let wm = s.mins.as_ptr().wrapping_add(p * groups * PANEL);
             let mut sums = [[0f32; PANEL]; R];
@@ -1038,13 +1161,23 @@ mod simd128 {
                     for pair in 0..STEPS / 2 {
                         let step = g * STEPS + 2 * pair;
                         // SAFETY: panel p lies inside the weight (asserted by
-                        // `strip`); these are H × 16 of each step's 32 bytes.
+                        // `strip`); these are H × 16 of each step's (or
+                        // step pair's) 32 bytes.
                         let (w0, w1): ([D::Weights; H], [D::Weights; H]) = unsafe {
-                            let w = wq.add(step * PANEL * STEP + pass * H * HALF * STEP);
-                            (
-                                std::array::from_fn(|h| D::load_weights(w.add(h * HALF * STEP))),
-                                std::array::from_fn(|h| D::load_weights(w.add(PANEL * STEP + h * HALF * STEP))),
-                            )
+                            let w = wq.add(width.step_pair_offset(step) + pass * H * HALF * STEP);
+                            if NIBBLES {
+                                // One load, both steps: low nibbles, then high.
+                                let both: [v128; H] = std::array::from_fn(|h| v128_load(w.add(h * HALF * STEP) as *const v128));
+                                (
+                                    std::array::from_fn(|h| D::weights(v128_and(both[h], u8x16_splat(0x0f)))),
+                                    std::array::from_fn(|h| D::weights(u8x16_shr(both[h], 4))),
+                                )
+                            } else {
+                                (
+                                    std::array::from_fn(|h| D::load_weights(w.add(h * HALF * STEP))),
+                                    std::array::from_fn(|h| D::load_weights(w.add(PANEL * STEP + h * HALF * STEP))),
+                                )
+                            }
                         };
                         for (r, dots_r) in dots.iter_mut().enumerate() {
                             // SAFETY: values 4·step..4·step + 8 < k of a whole row.
@@ -1089,12 +1222,13 @@ mod tests {
     use crate::kernels::xorshift_values;
 
     /// A weight in the affine form with random bytes, scales and minimums.
-    fn weight(n: usize, k: usize, group: usize, seed: u32) -> (IntPacked, Vec<f32>) {
+    fn weight(n: usize, k: usize, group: usize, width: ValueWidth, seed: u32) -> (IntPacked, Vec<f32>) {
         let noise = xorshift_values(n * k + 2 * n * (k / group), seed);
-        let q_of = |r: usize, i: usize| ((noise[r * k + i] + 1.0) * 31.5) as u8;
+        let top = if width == ValueWidth::Nibble { 7.5 } else { 31.5 };
+        let q_of = |r: usize, i: usize| ((noise[r * k + i] + 1.0) * top) as u8;
         let scale_of = |r: usize, g: usize| 0.01 + 0.02 * noise[n * k + r * (k / group) + g].abs();
         let min_of = |r: usize, g: usize| 0.3 * noise[n * k + n * (k / group) + r * (k / group) + g];
-        let packed = IntPacked::from_row_fn(n, k, group, |r, q, s, m| {
+        let packed = IntPacked::from_row_fn(n, k, group, width, |r, q, s, m| {
             q.iter_mut().enumerate().for_each(|(i, v)| *v = q_of(r, i));
             s.iter_mut().enumerate().for_each(|(g, v)| *v = scale_of(r, g));
             m.iter_mut().enumerate().for_each(|(g, v)| *v = min_of(r, g));
@@ -1112,8 +1246,21 @@ mod tests {
 
     #[test]
     fn products_match_the_dequantized_operands_at_awkward_shapes() {
-        for (m, n, k, group) in [(1, 1, 32, 32), (3, 5, 64, 16), (15, 37, 576, 32), (17, 9, 256, 16), (70, 24, 192, 32)] {
-            let (packed, dense) = weight(n, k, group, 7 + m as u32);
+        use ValueWidth::{Byte, Nibble};
+        let shapes = [
+            (1, 1, 32, 32, Byte),
+            (3, 5, 64, 16, Byte),
+            (15, 37, 576, 32, Byte),
+            (17, 9, 256, 16, Byte),
+            (70, 24, 192, 32, Byte),
+            (1, 1, 32, 32, Nibble),
+            (2, 17, 64, 32, Nibble),
+            (15, 37, 576, 32, Nibble),
+            (70, 24, 192, 32, Nibble),
+        ];
+        for (m, n, k, group, width) in shapes {
+            let (packed, dense) = weight(n, k, group, width, 7 + m as u32);
+            assert_eq!(packed.width, width);
             let x = xorshift_values(m * k, 11 + n as u32);
             let acts = Activations::quantize(&x, m, k, group);
             let want = reference(&acts, &dense, n);
@@ -1121,7 +1268,7 @@ mod tests {
             for kernel in kernels() {
                 let ours = packed.matmul_with(&acts, kernel);
                 let worst = ours.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(worst < 2e-5 * k as f32, "{kernel:?} [{m}×{k}]·[{n}×{k}]ᵀ/{group}: worst |difference| {worst}");
+                assert!(worst < 2e-5 * k as f32, "{kernel:?} [{m}×{k}]·[{n}×{k}]ᵀ/{group} {width:?}: worst |difference| {worst}");
                 // The SIMD kernels sum the same i32s and scale them with the
                 // same fused multiply–adds: the same floats, whichever runs
                 // (the portable one rounds its products apart).
@@ -1132,6 +1279,30 @@ mod tests {
                     None => first_simd = Some((kernel, ours)),
                     Some((other, theirs)) => assert!(ours == *theirs, "{kernel:?} and {other:?} differ at [{m}×{k}]·[{n}×{k}]ᵀ/{group}"),
                 }
+            }
+        }
+    }
+
+    /// The same 4-bit values held two a byte and one a byte: every kernel
+    /// gives the same floats from either (the nibbles only change where
+    /// the bytes come from), for whole and partial strips and panels.
+    #[test]
+    fn nibbles_and_bytes_of_the_same_values_give_the_same_products() {
+        let (n, k) = (19, 320);
+        let noise = xorshift_values(n * k, 3);
+        let pack = |width| {
+            IntPacked::from_row_fn(n, k, 32, width, |r, q, s, mins| {
+                q.iter_mut().enumerate().for_each(|(i, v)| *v = ((noise[r * k + i] + 1.0) * 7.5) as u8);
+                s.iter_mut().enumerate().for_each(|(g, v)| *v = 0.01 * (1 + (r + g) % 5) as f32);
+                mins.iter_mut().enumerate().for_each(|(g, v)| *v = -0.02 * ((r * 3 + g) % 4) as f32);
+            })
+        };
+        let (nibbles, bytes) = (pack(ValueWidth::Nibble), pack(ValueWidth::Byte));
+        assert_eq!(2 * nibbles.q.len(), bytes.q.len());
+        for m in [1, 2, 3, 4, 5, 9] {
+            let acts = Activations::quantize(&xorshift_values(m * k, 5 + m as u32), m, k, 32);
+            for kernel in kernels() {
+                assert!(nibbles.matmul_with(&acts, kernel) == bytes.matmul_with(&acts, kernel), "{kernel:?}, {m} rows");
             }
         }
     }

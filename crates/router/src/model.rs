@@ -24,7 +24,7 @@ use crate::dequant;
 use crate::elapsed_ms;
 use crate::error::{Result, RouterError};
 use crate::gguf::{Checkpoint, Hparams};
-use crate::integer::{Activations as IntActivations, IntPacked};
+use crate::integer::{Activations as IntActivations, IntPacked, ValueWidth};
 use crate::kernels::Packed;
 use crate::lm_head::{HeadArithmetic, LmHead};
 use crate::parallel;
@@ -158,7 +158,9 @@ impl Weights {
             // format `affine_group` does not take falls through to f32.
             let (data, dtype) = (q.data()?, q.dtype());
             let row_bytes = data.len() / rows;
-            return Ok(Weights::Integer(IntPacked::from_row_fn(rows, cols, group, |r, q, scales, mins| {
+            // 4-bit formats two values a byte: what a decode step reads.
+            let width = ValueWidth::for_bits(dequant::affine_bits(dtype).unwrap_or(8));
+            return Ok(Weights::Integer(IntPacked::from_row_fn(rows, cols, group, width, |r, q, scales, mins| {
                 dequant::affine_row(dtype, &data[r * row_bytes..(r + 1) * row_bytes], q, scales, mins);
             })));
         }
@@ -577,6 +579,11 @@ impl Backbone {
     /// a prefill chunk; the arithmetic of a row does not depend on which
     /// other rows share its pass.
     pub fn forward(&self, spans: &mut [Span<'_>]) -> Result<Forward> {
+        parallel::on_workers(|| self.forward_here(spans))
+    }
+
+    /// [`Backbone::forward`] on the calling thread.
+    fn forward_here(&self, spans: &mut [Span<'_>]) -> Result<Forward> {
         let h = &self.hparams;
         let arch = h.architecture;
         let rows: usize = spans.iter().map(|s| s.ids.len()).sum();

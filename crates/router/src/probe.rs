@@ -8,7 +8,7 @@ use web_time::Instant;
 
 use crate::elapsed_ms;
 use crate::error::{Result, RouterError};
-use crate::integer::IntPacked;
+use crate::integer::{IntPacked, ValueWidth};
 use crate::model::{Precision, Weights};
 
 /// Times the projection GEMM a prefill at `precision` runs, `[m × k]` times
@@ -107,10 +107,10 @@ fn probe_values(len: usize, salt: usize) -> Vec<f32> {
     (0..len).map(|i| ((i * 7 + salt) % 13) as f32 / 13.0 - 0.5).collect()
 }
 
-/// A Q4_1-like weight for the integer probes: 4-bit values, a scale and a
-/// minimum per 32.
+/// A Q4_1-like weight for the integer probes: 4-bit values (two a byte, as
+/// the model holds Q4_1), a scale and a minimum per 32.
 fn probe_integer_weight(n: usize, k: usize) -> IntPacked {
-    IntPacked::from_row_fn(n, k, 32, |r, q, scales, mins| {
+    IntPacked::from_row_fn(n, k, 32, ValueWidth::Nibble, |r, q, scales, mins| {
         q.iter_mut().enumerate().for_each(|(i, v)| *v = ((r * 5 + i * 3) % 16) as u8);
         scales.iter_mut().enumerate().for_each(|(g, v)| *v = 0.01 + ((r + g) % 7) as f32 * 0.002);
         mins.iter_mut().enumerate().for_each(|(g, v)| *v = -0.05 + ((r + 3 * g) % 5) as f32 * 0.01);

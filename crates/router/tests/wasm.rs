@@ -75,12 +75,19 @@ fn simd128_kernel_matches_the_definition() {
 /// tiles cut at every edge.
 #[wasm_bindgen_test]
 fn integer_kernel_matches_the_dequantized_operands() {
-    use router::integer::{Activations, IntPacked};
-    for (m, n, k, group) in [(1, 1, 32, 32), (5, 7, 96, 16), (17, 9, 576, 32)] {
-        let q_of = |r: usize, i: usize| ((r * 7 + i * 5) % 64) as u8;
+    use router::integer::{Activations, IntPacked, ValueWidth};
+    for (m, n, k, group, width) in [
+        (1, 1, 32, 32, ValueWidth::Byte),
+        (5, 7, 96, 16, ValueWidth::Byte),
+        (17, 9, 576, 32, ValueWidth::Byte),
+        (1, 3, 64, 32, ValueWidth::Nibble),
+        (17, 9, 576, 32, ValueWidth::Nibble),
+    ] {
+        let top = if width == ValueWidth::Nibble { 16 } else { 64 };
+        let q_of = |r: usize, i: usize| ((r * 7 + i * 5) % top) as u8;
         let scale_of = |r: usize, g: usize| 0.01 + ((r + g) % 5) as f32 * 0.003;
         let min_of = |r: usize, g: usize| ((r * 3 + g) % 7) as f32 * 0.02 - 0.06;
-        let w = IntPacked::from_row_fn(n, k, group, |r, q, s, mins| {
+        let w = IntPacked::from_row_fn(n, k, group, width, |r, q, s, mins| {
             q.iter_mut().enumerate().for_each(|(i, v)| *v = q_of(r, i));
             s.iter_mut().enumerate().for_each(|(g, v)| *v = scale_of(r, g));
             mins.iter_mut().enumerate().for_each(|(g, v)| *v = min_of(r, g));
