@@ -78,6 +78,11 @@ impl LmHead {
                 }
             }
         });
+        if m == 1 {
+            // One row's logits are already in order (a decode step of one
+            // sequence): no second buffer of the vocabulary's size.
+            return transposed;
+        }
         // Back to `[m × vocab]`, written row by row: written column by
         // column, each weight row's m values landed in m different pages,
         // and at m = 16 the head took 2.7 times as long as at m = 8.
