@@ -87,8 +87,10 @@ struct Pool {
 /// `memory.atomic.notify` and the woken worker a scheduler round trip, for
 /// each of a decode step's ~240 products of a few microseconds; a helper
 /// that has just finished a task and a caller waiting for its helpers
-/// usually see the change within microseconds. About 30 µs of looking
-/// here (natively, 2 vCPUs), so an idle pool sleeps almost at once.
+/// usually see the change within microseconds. In wasm, where
+/// `spin_loop` is no instruction, this is 20,000 atomic loads, tens of
+/// microseconds, so an idle pool sleeps almost at once. (Natively only
+/// this module's tests run the helper pool, where `pause` makes it longer.)
 const SPINS: u32 = 20_000;
 
 /// Whether `ready()` became true within [`SPINS`] looks.
@@ -249,8 +251,10 @@ pub fn for_each(tasks: usize, work: impl Fn(usize) + Sync) {
 /// they spin) instead of the calling thread injecting a job into the pool
 /// and sleeping on a lock until the job's last task wakes it: two context
 /// switches per product. A decode step is about 240 products of a few
-/// microseconds each (SmolLM2, one sequence), and from outside the pool a
-/// two-task product of nothing took 12 µs (median; 0.6 µs on one thread).
+/// microseconds each (SmolLM2, one sequence); from outside the pool one
+/// row times a 16 × 64 weight took 12 µs (median, `gemm-probe --m 1 --k 64
+/// --n 16 --precision int8`; 0.6 µs on one thread), and a job of two 10 µs
+/// tasks 19.5 µs against 11.9 µs from a worker (`tests::dispatch_cost`).
 /// In the browser (and inside a worker already) `op` runs here.
 pub fn on_workers<R: Send>(op: impl FnOnce() -> R + Send) -> R {
     #[cfg(not(target_arch = "wasm32"))]
