@@ -11,7 +11,8 @@
 //!
 //! The weights are repacked once at load ([`IntPacked`]): every weight is
 //! `scale × q + min` with `q ≤ 63` ([`crate::dequant::affine_row`]), one
-//! byte per value, a scale per 32 (Q6_K: 16) values. The product then has
+//! byte per value (two for the 4-bit formats: [`ValueWidth`]), a scale per
+//! 32 (Q6_K: 16) values. The product then has
 //! two parts. `Σ scale·q·x` is the integer dot of `q` with the quantized
 //! activations, scaled per block; `Σ min·x` needs only each block's sum of
 //! activations, one multiply–add per block beside the scaling (a vector of
