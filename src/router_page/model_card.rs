@@ -87,7 +87,11 @@ pub fn ModelCard() -> impl IntoView {
             </div>
             <label>"Weights compute in: "
                 <select data-testid="precision-select" disabled=busy on:change=move |ev| form.update(|f| f.precision = event_target_value(&ev))>
-                    {[("", "default (f32)"), ("f32", "f32: weights dequantized at load"), ("int8", "int8: 8-bit activations × stored blocks, integer dot")]
+                    {[
+                        ("", format!("default ({})", router::Precision::SERVED.flag())),
+                        ("f32", "f32: weights dequantized at load (the reference arithmetic)".to_string()),
+                        ("int8", "int8: 8-bit activations × stored blocks, integer dot".to_string()),
+                    ]
                         .into_iter()
                         .map(|(value, label)| view! {
                             <option value=value selected=move || form.with(|f| f.precision == value)>{label}</option>

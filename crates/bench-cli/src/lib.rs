@@ -13,7 +13,7 @@ pub mod cli;
 pub use cli::exit;
 
 /// The flags every tool that loads a router takes, spelled once.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct RouterFlags {
     /// The pool file.
     #[arg(long, default_value = DEFAULT_POOL)]
@@ -27,8 +27,9 @@ pub struct RouterFlags {
     /// Routing mode (default: the pool's default).
     #[arg(long)]
     pub mode: Option<String>,
-    /// How the projections multiply (the page's `precision=`).
-    #[arg(long, value_enum, default_value_t = cli::PrecisionArg::F32)]
+    /// How the projections multiply (the page's `precision=`); int8 by
+    /// default, as on the page (`router::Precision::SERVED`).
+    #[arg(long, value_enum, default_value_t = cli::PrecisionArg::Int8)]
     pub precision: cli::PrecisionArg,
     /// How decide scores the candidates: the trained head for this
     /// checkpoint (its file in reports/, or --head), or the untrained

@@ -30,9 +30,11 @@ struct Args {
     /// Where the backbone runs.
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     device: DeviceArg,
-    /// Where to write the JSON report.
-    #[arg(long, default_value = "reports/router-latency.cpu.json")]
-    out: PathBuf,
+    /// Where to write the JSON report (by default the committed report of
+    /// the mode run: reports/router-latency.cpu.json, router-quality.cpu.json,
+    /// router-serve.cpu.json or precision-agreement.cpu.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Prompt lengths in tokens, comma-separated.
     #[arg(long, default_value = "15,256,1024", value_delimiter = ',')]
     lengths: Vec<usize>,
@@ -85,6 +87,11 @@ struct Args {
     quality: bool,
     #[command(flatten)]
     quality_flags: quality::QualityFlags,
+    /// Instead of the latency protocol: route every OOD176 task at f32 and
+    /// at int8 and compare the trained head's decisions (same first pick,
+    /// same order, Kendall's τ, what each resolves and costs).
+    #[arg(long, conflicts_with_all = ["quality", "serve", "prefix_protocol", "truncation_study", "dump_prompts"])]
+    precision_agreement: bool,
     /// Instead of the latency protocol: the serving test (note 06). Open-loop
     /// arrivals of OOD176 prompts against one engine, with a bounded queue,
     /// client timeouts and chunked prefill; one record per request.
@@ -121,12 +128,20 @@ fn run(args: Args) -> Result<()> {
     if args.lengths.is_empty() || args.lengths.contains(&0) {
         return Err(usage("--lengths: give positive token counts, e.g. 15,256,1024"));
     }
+    let output = Output { quiet: args.quiet, json: args.json };
+    // Each mode writes its own report by default, so a quick run of one
+    // never overwrites another's committed file.
+    let out_or = |default: &str| args.out.clone().unwrap_or_else(|| PathBuf::from(default));
     if args.quality {
-        return quality::run(&args.router, &args.quality_flags, &args.out, Output { quiet: args.quiet, json: args.json });
+        return quality::run(&args.router, &args.quality_flags, &out_or("reports/router-quality.cpu.json"), output);
+    }
+    if args.precision_agreement {
+        return quality::run_agreement(&args.router, &args.quality_flags, &out_or("reports/precision-agreement.cpu.json"), output);
     }
     if args.serve {
-        return serve::run(&args.router, &args.serve_flags, &args.out, Output { quiet: args.quiet, json: args.json });
+        return serve::run(&args.router, &args.serve_flags, &out_or("reports/router-serve.cpu.json"), output);
     }
+    let out = out_or("reports/router-latency.cpu.json");
     let texts = prompt_texts(&args.prompts)?;
     let started_unix_ms = bench_cli::unix_ms_now();
     // One step per length, weighted by its tokens (a prefill's time grows at least with them).
@@ -200,7 +215,7 @@ fn run(args: Args) -> Result<()> {
         results,
         studies: Studies { prefix, truncation, ..Studies::default() },
     };
-    bench_cli::write_report(&args.out, &report)?;
+    bench_cli::write_report(&out, &report)?;
     drop(log);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -223,7 +238,7 @@ fn run(args: Args) -> Result<()> {
     if let Some(study) = &report.studies.truncation {
         println!("Stepped truncation (prefix reuse past router_max_tokens):\n\n{}", study.table());
     }
-    println!("wrote {}", args.out.display());
+    println!("wrote {}", out.display());
     Ok(())
 }
 
@@ -240,7 +255,13 @@ mod tests {
     #[test]
     fn modes_that_exclude_each_other_are_refused_by_the_parser() {
         let parse = |flags: &[&str]| Args::try_parse_from([&["bench-decide"], flags].concat());
-        for flags in [&["--quality", "--serve"][..], &["--quality", "--prefix-protocol"], &["--serve", "--truncation-study"]] {
+        for flags in [
+            &["--quality", "--serve"][..],
+            &["--quality", "--prefix-protocol"],
+            &["--serve", "--truncation-study"],
+            &["--precision-agreement", "--quality"],
+            &["--precision-agreement", "--serve"],
+        ] {
             let err = parse(flags).unwrap_err();
             assert_eq!((err.kind(), err.exit_code()), (clap::error::ErrorKind::ArgumentConflict, 2), "{flags:?}");
         }

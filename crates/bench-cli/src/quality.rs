@@ -69,6 +69,21 @@ fn cross_validate(
     })
 }
 
+/// The tasks and outcomes `--tasks` and `--results` name, for the loaded
+/// pool's candidates, cut to `--limit`.
+fn read_dataset(q: &QualityFlags, router: &Router) -> Result<Dataset> {
+    let models: Vec<&str> = router.pool.candidates.iter().map(|c| c.id.as_str()).collect();
+    let text = |path: &Path, what: &str| -> Result<String> {
+        String::from_utf8(read(path, what)?).with_context(|| format!("{what} {}: not UTF-8", path.display()))
+    };
+    let (tasks_text, results_text) = (text(&q.tasks, "--tasks")?, text(&q.results, "--results")?);
+    let data = Dataset::parse(&tasks_text, &q.tasks.display().to_string(), &results_text, &q.results.display().to_string(), &models)?;
+    Ok(match q.limit {
+        Some(limit) => data.restricted(&(0..limit.min(data.tasks.len())).collect::<Vec<_>>()),
+        None => data,
+    })
+}
+
 fn route_logged(router: &mut Router, data: &Dataset, log: &mut Progress) -> Result<route::Routed> {
     let tasks: Vec<&quality::Task> = data.tasks.iter().collect();
     Ok(route::route_all(router, &tasks, &mut |done, total| log.within(done, total, "tasks routed"))?)
@@ -117,15 +132,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
     }
     let started_unix_ms = bench_cli::unix_ms_now();
     let Loaded { mut router, checkpoint_file } = flags.load_untrained()?;
-    let models: Vec<&str> = router.pool.candidates.iter().map(|c| c.id.as_str()).collect();
-    let text = |path: &Path, what: &str| -> Result<String> {
-        String::from_utf8(read(path, what)?).with_context(|| format!("{what} {}: not UTF-8", path.display()))
-    };
-    let (tasks_text, results_text) = (text(&q.tasks, "--tasks")?, text(&q.results, "--results")?);
-    let mut data = Dataset::parse(&tasks_text, &q.tasks.display().to_string(), &results_text, &q.results.display().to_string(), &models)?;
-    if let Some(limit) = q.limit {
-        data = data.restricted(&(0..limit.min(data.tasks.len())).collect::<Vec<_>>());
-    }
+    let data = read_dataset(q, &router)?;
     let settings = CvSettings { seeds: (0..q.seeds).collect(), ..CvSettings::default() };
     let main_setting = (router.config().max_tokens, router.config().truncation);
 
@@ -135,7 +142,7 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
     // One step per routing pass and its cross-validations, the main setting's first; equal weights.
     let passes = 1 + sweep.iter().filter(|s| **s != main_setting).count();
     let mut log = Progress::new("bench-decide --quality", vec![1.0; passes], output.quiet);
-    log.note(&format!("{} tasks × {} models; routing each through decide", data.tasks.len(), models.len()));
+    log.note(&format!("{} tasks × {} models; routing each through decide", data.tasks.len(), data.models.len()));
     log.step("main setting: routing every task");
     let routed = route_logged(&mut router, &data, &mut log)?;
     let feature_rows = routed.feature_rows();
@@ -326,6 +333,98 @@ pub fn run(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Out
         study.head.as_ref().map_or("", |h| h.trained_on.as_str()),
         out.display()
     );
+    Ok(())
+}
+
+/// `bench-decide --precision-agreement`: every task routed at f32 and at
+/// int8, the same trained head (`--head`, or the one in reports/ for this
+/// checkpoint) read over each precision's features, and the two sets of
+/// decisions compared (`bench::quality::agreement`). What int8 as the
+/// default would change for a visitor, measured rather than assumed.
+pub fn run_agreement(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: crate::Output) -> Result<()> {
+    use bench::quality::agreement::{self, HeadView, Side};
+    use bench_cli::cli::PrecisionArg;
+
+    if let Some(limit) = q.limit.filter(|&limit| limit == 0) {
+        return Err(usage(format!("--limit {limit}: give at least one task")));
+    }
+    let started_unix_ms = bench_cli::unix_ms_now();
+    let at = |precision: PrecisionArg| RouterFlags { precision, ..flags.clone() };
+    let mut log = Progress::new("bench-decide --precision-agreement", vec![1.0, 1.0], output.quiet);
+
+    /// One precision's pass over the tasks through the head.
+    struct Pass {
+        precision: String,
+        probabilities: Vec<Vec<f32>>,
+        costs: Vec<Vec<f64>>,
+        features: Vec<Vec<f32>>,
+        decide_ms: Vec<f64>,
+    }
+    let mut passes: Vec<Pass> = Vec::new();
+    let mut last = None;
+    let mut data = None;
+    for precision in [PrecisionArg::F32, PrecisionArg::Int8] {
+        let Loaded { mut router, checkpoint_file } = at(precision).load_untrained()?;
+        let head_path = match &flags.head {
+            Some(path) => path.clone(),
+            None => bench_cli::find_head(Path::new(bench_cli::HEADS_DIR), router.backbone_checkpoint_id())?.ok_or_else(|| {
+                usage(format!(
+                    "no trained head for checkpoint {} in {}/: give --head (bench-decide --quality trains one)",
+                    router.backbone_checkpoint_id(),
+                    bench_cli::HEADS_DIR
+                ))
+            })?,
+        };
+        let head_file = head_path.display().to_string();
+        let head = router::LoadedHead::from_json(&read(&head_path, "--head")?, &head_file)?;
+        // Attached once, so a head that does not fit this backbone is refused with its reason.
+        router.attach_loaded_head(head.clone(), &head_file)?;
+        router.detach_head();
+        if data.is_none() {
+            data = Some(read_dataset(q, &router)?);
+        }
+        let data = data.as_ref().expect("read above");
+        let described = Provenance::of(&router, &checkpoint_file).precision;
+        log.step(&format!("{described}: routing every task"));
+        let routed = route_logged(&mut router, data, &mut log)?;
+        let map = head.head.feature_map();
+        let mut pass = Pass { precision: described, probabilities: vec![], costs: vec![], features: vec![], decide_ms: vec![] };
+        for (task, features) in data.tasks.iter().zip(&routed.features) {
+            let x = features
+                .get(map)
+                .with_context(|| format!("task {}: the prefill pooled no {} features for the head", task.id, map.name()))?;
+            pass.probabilities.push(head.probabilities(x));
+            pass.costs.push(head.costs(x));
+            pass.features.push(x.to_vec());
+        }
+        pass.decide_ms = routed.tasks.iter().map(|t| t.decide_ms).collect();
+        passes.push(pass);
+        last = Some((router, checkpoint_file, head));
+    }
+    drop(log);
+    let (router, checkpoint_file, head) = last.expect("two passes ran");
+    let data = data.expect("parsed in the first pass");
+    fn side(p: &Pass) -> Side<'_> {
+        Side { precision: &p.precision, probabilities: &p.probabilities, costs: &p.costs, features: &p.features, decide_ms: &p.decide_ms }
+    }
+    let candidates: Vec<&str> = head.head.candidates.iter().map(|c| c.id.as_str()).collect();
+    let modes: Vec<(String, f64)> = head.head.modes.iter().map(|(m, l)| (m.clone(), *l)).collect();
+    let view = HeadView { id: &head.id, trained_on: &head.head.trained_on, candidates: &candidates, modes: &modes };
+    let study = agreement::compare(&data, view, side(&passes[0]), side(&passes[1]))?;
+    let report = Report::for_study(
+        bench_cli::native_environment(started_unix_ms),
+        Provenance::of(&router, &checkpoint_file),
+        router.load_timings,
+        q.tasks.display().to_string(),
+        Studies { precision: Some(study), ..Studies::default() },
+    );
+    bench_cli::write_report(out, &report)?;
+    if output.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("{}", report.studies.precision.as_ref().expect("set above").table());
+    println!("wrote {}", out.display());
     Ok(())
 }
 

@@ -165,6 +165,27 @@ fn quality_routes_every_task_and_writes_study_head_and_figures() {
     assert!(svg.starts_with("<svg") && svg.contains("oracle"));
     let trade_off = std::fs::read_to_string(out.with_extension("truncation.svg")).unwrap();
     assert!(trade_off.contains("similarity, balanced, keep_start") && trade_off.contains("head (CV), quality, left"), "{trade_off}");
+
+    // The head just trained, read over f32's and int8's features of the
+    // first tasks: the agreement study's section, both precisions named.
+    let agreement = tmp("agreement.json");
+    let (code, stdout, stderr) = bench_decide(
+        &["--precision-agreement", "--limit", "5", "--head", head.to_str().unwrap(), "--out", agreement.to_str().unwrap()],
+        &[("ENTHALPY_ROUTER_MAX_TOKENS", "48")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("same top") && stdout.contains("in-sample"), "{stdout}");
+    let r: bench::Report = serde_json::from_slice(&std::fs::read(&agreement).unwrap()).expect("report matches the schema");
+    let a = r.studies.precision.as_ref().expect("the agreement section");
+    assert_eq!((a.tasks, a.head.as_str()), (5, loaded.id.as_str()));
+    assert!(a.reference.contains("dequantized to f32") && a.candidate.contains("integer dot"), "{} / {}", a.reference, a.candidate);
+    assert_eq!(a.modes.iter().map(|m| m.mode.as_str()).collect::<Vec<_>>(), ["balanced", "economy", "quality"]);
+    for m in &a.modes {
+        assert!(m.same_order <= m.same_top && m.same_top <= 5 && m.turned.len() == 5 - m.same_top, "{m:?}");
+        assert!((-1.0..=1.0).contains(&m.kendall_tau_mean), "{m:?}");
+    }
+    let cosine = a.feature_cosine.expect("five tasks' features");
+    assert!(cosine.min > 0.99, "int8's features stay close to f32's: {cosine:?}");
 }
 
 #[test]

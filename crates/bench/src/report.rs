@@ -151,6 +151,10 @@ pub struct Studies {
     /// The serving test (`bench-decide --serve`, or the page's Serving panel), when run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<crate::serve::ServeStudy>,
+    /// A cheaper precision's decisions against f32's through the same
+    /// trained head (`bench-decide --precision-agreement`), when run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<crate::quality::agreement::PrecisionAgreement>,
     /// The whole request at the client (the page's routed requests), when run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<crate::client_run::ClientStudy>,

@@ -31,7 +31,7 @@ use bench::tasks::Task;
 use bench::Protocol;
 use js_sys::Reflect;
 use load::storage_info;
-use router::{Conversation, Precision, PrefixCache, Router, RouterConfig};
+use router::{Conversation, Precision, PrefixCache, Router};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wire::desk::{Finished, JobDesk, JobTicket, Outbox, Outcome};
@@ -207,10 +207,10 @@ impl RouterWorker {
         self.desk.cancel_requested(ticket)
     }
 
-    /// The loaded router's precision, else the default one: what the
+    /// The loaded router's precision, else the served one: what the
     /// GEMM probe times.
     fn precision(&self) -> Precision {
-        self.loaded.borrow().as_ref().map_or(RouterConfig::default().precision, |l| l.router.config().precision)
+        self.loaded.borrow().as_ref().map_or(Precision::SERVED, |l| l.router.config().precision)
     }
 
     /// One decide, with the checkpoint's head or (`Similarity`) without it;

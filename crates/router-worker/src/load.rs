@@ -165,7 +165,7 @@ impl RouterWorker {
         sha256: &str,
         precision: Option<Precision>,
     ) -> Result<Prepared, String> {
-        let precision = precision.unwrap_or(RouterConfig::default().precision);
+        let precision = precision.unwrap_or(Precision::SERVED);
         let cache = io::open_cache().await.ok();
         // The revision too: vectors another build's kernels encoded are not
         // this build's, though every setting the router checks matches.

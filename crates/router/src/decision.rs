@@ -421,6 +421,16 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// What the page, the widget and the command-line tools compute in
+    /// unless asked otherwise: the integer kernels (0.6–0.85× f32's decide
+    /// time on an AVX2 machine), whose decisions through the trained head were measured against
+    /// f32's on all 176 study tasks (`bench-decide --precision-agreement`,
+    /// `reports/precision-agreement.cpu.json`). `RouterConfig::default()`
+    /// keeps f32, the reference arithmetic: no rounding of activations,
+    /// the same values on every target to 1e-5 (both precisions keep the
+    /// llama.cpp fixtures' tolerance, `tests/reference.rs`).
+    pub const SERVED: Precision = Precision::IntegerQ8;
+
     /// Its name in files and namespaces, as serde writes it.
     pub fn name(self) -> &'static str {
         match self {

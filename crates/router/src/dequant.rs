@@ -146,37 +146,37 @@ pub fn row(dtype: GgmlDType, blocks: &[u8], out: &mut [f32]) -> bool {
     true
 }
 
-/// Values per scale in [`affine_row`]'s form of `dtype`, for the formats
-/// whose values are `d × q + m` with a small unsigned `q` (at most 6 bits):
-/// 32 for the legacy 4- and 5-bit formats and Q4_K/Q5_K, 16 for Q6_K.
-/// `None` for the rest (Q8_0's 8-bit values do not fit the integer
-/// kernel's 7-bit operand, and f32/f16 tensors are not block formats).
-pub fn affine_group(dtype: GgmlDType) -> Option<usize> {
-    match dtype {
-        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q4K | GgmlDType::Q5K => Some(32),
-        GgmlDType::Q6K => Some(16),
-        _ => None,
-    }
+/// The shape of [`affine_row`]'s form of a format whose values are
+/// `d × q + m` with a small unsigned `q`: values per scale and bits a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AffineFormat {
+    /// 32 for the legacy 4- and 5-bit formats and Q4_K/Q5_K, 16 for Q6_K.
+    pub group: usize,
+    /// 4, 5 or 6: what the integer kernels' packing reads (two 4-bit values a byte).
+    pub bits: u32,
 }
 
-/// Bits each of [`affine_row`]'s values takes for `dtype` (4, 5 or 6), or
-/// `None` where [`affine_group`] is.
-pub fn affine_bits(dtype: GgmlDType) -> Option<u32> {
-    match dtype {
-        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q4K => Some(4),
-        GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q5K => Some(5),
-        GgmlDType::Q6K => Some(6),
-        _ => None,
-    }
+/// [`affine_row`]'s form of `dtype`, or `None` for the formats it does not
+/// take (Q8_0's 8-bit values do not fit the integer kernel's 7-bit operand,
+/// and f32/f16 tensors are not block formats). One list, so the group and
+/// the width can never disagree about which formats are covered.
+pub fn affine_format(dtype: GgmlDType) -> Option<AffineFormat> {
+    let (group, bits) = match dtype {
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q4K => (32, 4),
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q5K => (32, 5),
+        GgmlDType::Q6K => (16, 6),
+        _ => return None,
+    };
+    Some(AffineFormat { group, bits })
 }
 
 /// Decodes one row into the integer kernel's form: value `i` is
-/// `scales[g] × q[i] + mins[g]` with `g = i / affine_group(dtype)` and
+/// `scales[g] × q[i] + mins[g]` with `g = i / affine_format(dtype).group` and
 /// `q[i] ≤ 63`. The same numbers as [`row`], regrouped: the 4- and 5-bit
 /// formats' offsets (−8, −16, −32 in Q6_K) become minimums, so every `q` is
-/// unsigned. Returns false for a format [`affine_group`] does not cover.
+/// unsigned. Returns false for a format [`affine_format`] does not cover.
 pub fn affine_row(dtype: GgmlDType, blocks: &[u8], q: &mut [u8], scales: &mut [f32], mins: &mut [f32]) -> bool {
-    let (Some((values, size)), Some(group)) = (block_shape(dtype), affine_group(dtype)) else { return false };
+    let (Some((values, size)), Some(AffineFormat { group, .. })) = (block_shape(dtype), affine_format(dtype)) else { return false };
     debug_assert_eq!(blocks.len(), q.len() / values * size);
     debug_assert_eq!(scales.len(), q.len() / group);
     let per_block = values / group;
@@ -289,7 +289,7 @@ mod tests {
             let q = QTensor::quantize(&tensor, dtype).unwrap();
             let data = q.data().unwrap();
             let (values, size) = block_shape(dtype).unwrap();
-            let group = affine_group(dtype).unwrap();
+            let AffineFormat { group, bits } = affine_format(dtype).unwrap();
             let row_bytes = cols / values * size;
             for r in 0..rows {
                 let bytes = &data[r * row_bytes..(r + 1) * row_bytes];
@@ -297,13 +297,13 @@ mod tests {
                 assert!(row(dtype, bytes, &mut want));
                 let (mut qs, mut ds, mut ms) = (vec![0u8; cols], vec![0f32; cols / group], vec![0f32; cols / group]);
                 assert!(affine_row(dtype, bytes, &mut qs, &mut ds, &mut ms));
-                assert!(qs.iter().all(|&q| q < 64), "{dtype:?}: a value above 6 bits");
+                assert!(qs.iter().all(|&q| q < 1 << bits), "{dtype:?}: a value above {bits} bits");
                 for (i, w) in want.iter().enumerate() {
                     let ours = ds[i / group] * qs[i] as f32 + ms[i / group];
                     assert!((ours - w).abs() <= 1e-5 * (1.0 + w.abs()), "{dtype:?} row {r} value {i}: {ours} against {w}");
                 }
             }
         }
-        assert!(affine_group(GgmlDType::Q8_0).is_none());
+        assert!(affine_format(GgmlDType::Q8_0).is_none());
     }
 }

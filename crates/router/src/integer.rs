@@ -1308,6 +1308,32 @@ mod tests {
         }
     }
 
+    /// One build's SIMD kernels compute the same exact integer sums and
+    /// scale them alike, so they give the same floats (the portable
+    /// reference rounds apart): what lets the browser's descriptor cache
+    /// ignore which kernel its timing probe picked (`Router::descriptor_key`).
+    #[test]
+    fn every_kernel_of_this_build_gives_the_same_floats() {
+        let (n, k) = (21, 576);
+        let noise = xorshift_values(n * k, 11);
+        let simd: Vec<Kernel> = kernels().into_iter().filter(|k| k.name != PORTABLE.name).collect();
+        let Some((&head, rest)) = simd.split_first() else { return };
+        for (width, top) in [(ValueWidth::Byte, 63.0), (ValueWidth::Nibble, 15.0)] {
+            let w = IntPacked::from_row_fn(n, k, 32, width, |r, q, s, mins| {
+                q.iter_mut().enumerate().for_each(|(i, v)| *v = ((noise[r * k + i] + 1.0) * top / 2.0) as u8);
+                s.iter_mut().enumerate().for_each(|(g, v)| *v = 0.013 * (1 + (r + g) % 7) as f32);
+                mins.iter_mut().enumerate().for_each(|(g, v)| *v = -0.021 * ((r * 5 + g) % 3) as f32);
+            });
+            for m in [1, 2, 4, 7, 9, 17] {
+                let acts = Activations::quantize(&xorshift_values(m * k, 13 + m as u32), m, k, 32);
+                let first = w.matmul_with(&acts, head);
+                for kernel in rest {
+                    assert!(w.matmul_with(&acts, *kernel) == first, "{kernel:?} against {head:?}, {width:?}, {m} rows");
+                }
+            }
+        }
+    }
+
     /// Found reading the code: 24 threads split 256 weight rows into runs of
     /// 12, the 23rd starting past the end.
     #[test]

@@ -152,14 +152,14 @@ impl Weights {
         // candle reports GGUF shapes in PyTorch order: [out (rows), in (cols)].
         ck.expect_shape(name, &[rows, cols])?;
         let q = ck.tensor(name)?;
-        let integer_group = dequant::affine_group(q.dtype()).filter(|_| cols.is_multiple_of(crate::integer::BLOCK));
-        if let (Precision::IntegerQ8, Some(group)) = (precision, integer_group) {
+        let integer_format = dequant::affine_format(q.dtype()).filter(|_| cols.is_multiple_of(crate::integer::BLOCK));
+        if let (Precision::IntegerQ8, Some(dequant::AffineFormat { group, bits })) = (precision, integer_format) {
             // The stored blocks regrouped, row by row on every thread; a
-            // format `affine_group` does not take falls through to f32.
+            // format `affine_format` does not take falls through to f32.
             let (data, dtype) = (q.data()?, q.dtype());
             let row_bytes = data.len() / rows;
             // 4-bit formats two values a byte: what a decode step reads.
-            let width = ValueWidth::for_bits(dequant::affine_bits(dtype).unwrap_or(8));
+            let width = ValueWidth::for_bits(bits);
             return Ok(Weights::Integer(IntPacked::from_row_fn(rows, cols, group, width, |r, q, scales, mins| {
                 dequant::affine_row(dtype, &data[r * row_bytes..(r + 1) * row_bytes], q, scales, mins);
             })));
@@ -462,6 +462,14 @@ pub fn feature_taps(layers: usize) -> Vec<usize> {
 }
 
 impl Backbone {
+    /// How many of the layers' projections the integer kernels compute, and
+    /// how many there are: under `IntegerQ8`, a format they do not take
+    /// (Q8_0) stays f32, and the precision's label says so.
+    pub fn integer_projections(&self) -> (usize, usize) {
+        let projections = || self.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]);
+        (projections().filter(|p| matches!(p.weight, Weights::Integer(_))).count(), projections().count())
+    }
+
     /// Loads every tensor the architecture's description asks for, checking shapes.
     pub fn load(ck: &Checkpoint, precision: Precision) -> Result<Backbone> {
         let h = ck.hparams.clone();

@@ -54,6 +54,9 @@ pub struct RouterConfig {
     pub precision: Precision,
 }
 
+/// The reference configuration: f32, no rounding of activations, the same
+/// values on every target to 1e-5. The page, the widget and the tools
+/// serve [`Precision::SERVED`] (int8) unless asked otherwise.
 impl Default for RouterConfig {
     fn default() -> Self {
         RouterConfig {
@@ -202,15 +205,22 @@ impl Router {
     }
 
     /// What the descriptor vectors depend on: the backbone's checkpoint,
-    /// the precision with the kernel that ran, the tokenizer, truncation
-    /// and the pool (its id is a digest of its bytes), and this crate's
-    /// version. A cache written under another key is not used.
+    /// the precision, the tokenizer, truncation and the pool (its id is a
+    /// digest of its bytes), and this crate's version. A cache written
+    /// under another key is not used. The build's SIMD features (the
+    /// threads build's relaxed SIMD rounds differently from the
+    /// single-thread build), but not the integer kernel the browser's
+    /// timing probe picks at every load: the two it chooses between
+    /// compute the same exact sums, and a key naming the pick missed the
+    /// cache whenever the pick turned.
     pub fn descriptor_key(&self) -> String {
         let c = &self.config;
         format!(
-            "{} | {} | {} | max {} {} step {} | pool {} | router {}",
+            "{} | {} weights, {}{} | {} | max {} {} step {} | pool {} | router {}",
             self.backbone_checkpoint_id,
-            self.precision_label(),
+            self.weight_type,
+            self.config.precision.name(),
+            crate::kernels::KERNEL_NOTE,
             self.tokenizer_id,
             c.max_tokens,
             c.truncation.name(),
@@ -750,8 +760,23 @@ impl Router {
     }
 
     /// The precision, for reports (`Q4_1 weights dequantized to f32 …`).
+    /// int8 asked of a file whose projections the integer kernels cannot
+    /// read (Q8_0) is said to run as f32, or in part, with the count.
     pub fn precision_label(&self) -> String {
-        self.config.precision.label(&self.weight_type)
+        let label = self.config.precision.label(&self.weight_type);
+        if self.config.precision != Precision::IntegerQ8 {
+            return label;
+        }
+        match self.backbone.integer_projections() {
+            (0, _) => format!(
+                "{}; int8 asked for, but the integer kernels take none of this file's projections (8-bit Q8_0 values do not fit their 7-bit operand)",
+                Precision::DequantizedF32.label(&self.weight_type)
+            ),
+            (integer, all) if integer < all => {
+                format!("{label}; {} of {all} projections stay f32 (a format the integer kernels do not take, e.g. Q8_0)", all - integer)
+            }
+            _ => label,
+        }
     }
 }
 

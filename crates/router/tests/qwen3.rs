@@ -43,11 +43,11 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
     dot / (a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt())
 }
 
-#[test]
-fn synthetic_qwen3_routes_deterministically_with_the_real_tokenizer() {
-    let gguf = synthetic::write(&SyntheticSpec::qwen3(GgmlDType::Q8_0)).unwrap();
-    let tok = qwen3_tokenizer();
-    let pool = common::pool_yaml();
+/// A router on a synthetic qwen3 of `dtype` weights, with the real Qwen3
+/// tokenizer and the bundled pool.
+fn synthetic_router(dtype: GgmlDType, config: RouterConfig) -> Router {
+    let gguf = synthetic::write(&SyntheticSpec::qwen3(dtype)).unwrap();
+    let (tok, pool) = (qwen3_tokenizer(), common::pool_yaml());
     let assets = RouterAssets {
         gguf: &gguf,
         gguf_name: "synthetic-qwen3.gguf",
@@ -56,7 +56,12 @@ fn synthetic_qwen3_routes_deterministically_with_the_real_tokenizer() {
         pool_yaml: &pool,
         pool_name: "pool.coderouterbench.yaml",
     };
-    let router = Router::load(&assets, RouterConfig::default()).unwrap();
+    Router::load(&assets, config).unwrap()
+}
+
+#[test]
+fn synthetic_qwen3_routes_deterministically_with_the_real_tokenizer() {
+    let router = synthetic_router(GgmlDType::Q8_0, RouterConfig::default());
     assert_eq!(router.backbone.hparams.architecture.name, "qwen3");
     let conv =
         Conversation::user("TimeSeries: misleading exception when required column check fails.").with_system("Route this coding task.");
@@ -66,6 +71,26 @@ fn synthetic_qwen3_routes_deterministically_with_the_real_tokenizer() {
     assert_eq!(scores(&a), scores(&b), "bit-identical twice");
     assert_eq!(a.ranked.len(), 8);
     assert!(a.tokens_used > 10 && !a.truncated);
+}
+
+/// int8 is the served precision, but a file whose projections the integer
+/// kernels cannot read runs them in f32: the label every report and the
+/// page's model facts show says so, rather than naming a kernel that is
+/// not running.
+#[test]
+fn int8_on_a_file_the_integer_kernels_cannot_read_is_labelled_as_running_f32() {
+    let label = |dtype| {
+        let router = synthetic_router(dtype, RouterConfig { precision: Precision::SERVED, ..RouterConfig::default() });
+        let (integer, all) = router.backbone.integer_projections();
+        (router.precision_label(), integer, all)
+    };
+    let (q8, integer, all) = label(GgmlDType::Q8_0);
+    assert_eq!(integer, 0);
+    assert!(q8.contains("dequantized to f32") && q8.contains("int8 asked for, but the integer kernels take none"), "{q8}");
+    assert!(!q8.contains("integer dot"), "{q8}");
+    let (q4, integer, all_q4) = label(GgmlDType::Q4_0);
+    assert_eq!((integer, all_q4), (all, all), "every projection of a Q4_0 file runs on the integer kernels");
+    assert!(q4.contains("integer dot") && !q4.contains("stay f32"), "{q4}");
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! Pure: callers pass the data's text and the features their prefills
 //! produced; nothing here reads a file or a clock.
 
+pub mod agreement;
 pub mod data;
 pub mod doubt;
 pub mod learn;
