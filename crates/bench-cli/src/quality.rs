@@ -384,7 +384,7 @@ pub fn run_agreement(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: 
             data = Some(read_dataset(q, &router)?);
         }
         let data = data.as_ref().expect("read above");
-        let described = Provenance::of(&router, &checkpoint_file).precision;
+        let described = router.precision_label();
         log.step(&format!("{described}: routing every task"));
         let routed = route_logged(&mut router, data, &mut log)?;
         let map = head.head.feature_map();

@@ -110,7 +110,7 @@ pub const IN_SAMPLE_NOTE: &str = "The head was trained on these tasks: resolved 
      the two precisions with each other, not the router with others (the cross-validated quality study does that).";
 
 fn check(side: &Side, tasks: usize, candidates: usize) -> Result<(), AgreementError> {
-    for (got, _) in [(side.probabilities.len(), ()), (side.costs.len(), ()), (side.features.len(), ())] {
+    for got in [side.probabilities.len(), side.costs.len(), side.features.len()] {
         if got != tasks {
             return Err(AgreementError::Tasks { side: side.precision.into(), got, want: tasks });
         }
