@@ -362,28 +362,29 @@ pub fn run_agreement(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: 
     }
     let mut passes: Vec<Pass> = Vec::new();
     let mut last = None;
-    let mut data = None;
+    // The head and the data, read once: both passes load the same checkpoint.
+    let mut inputs: Option<(router::LoadedHead, String, Dataset)> = None;
     for precision in [PrecisionArg::F32, PrecisionArg::Int8] {
         let Loaded { mut router, checkpoint_file } = at(precision).load_untrained()?;
-        let head_path = match &flags.head {
-            Some(path) => path.clone(),
-            None => bench_cli::find_head(Path::new(bench_cli::HEADS_DIR), router.backbone_checkpoint_id())?.ok_or_else(|| {
-                usage(format!(
-                    "no trained head for checkpoint {} in {}/: give --head (bench-decide --quality trains one)",
-                    router.backbone_checkpoint_id(),
-                    bench_cli::HEADS_DIR
-                ))
-            })?,
-        };
-        let head_file = head_path.display().to_string();
-        let head = router::LoadedHead::from_json(&read(&head_path, "--head")?, &head_file)?;
-        // Attached once, so a head that does not fit this backbone is refused with its reason.
-        router.attach_loaded_head(head.clone(), &head_file)?;
-        router.detach_head();
-        if data.is_none() {
-            data = Some(read_dataset(q, &router)?);
+        if inputs.is_none() {
+            let head_path = match &flags.head {
+                Some(path) => path.clone(),
+                None => bench_cli::find_head(Path::new(bench_cli::HEADS_DIR), router.backbone_checkpoint_id())?.ok_or_else(|| {
+                    usage(format!(
+                        "no trained head for checkpoint {} in {}/: give --head (bench-decide --quality trains one)",
+                        router.backbone_checkpoint_id(),
+                        bench_cli::HEADS_DIR
+                    ))
+                })?,
+            };
+            let head_file = head_path.display().to_string();
+            let head = router::LoadedHead::from_json(&read(&head_path, "--head")?, &head_file)?;
+            inputs = Some((head, head_file, read_dataset(q, &router)?));
         }
-        let data = data.as_ref().expect("read above");
+        let (head, head_file, data) = inputs.as_ref().expect("read in the first pass");
+        // Attached, so a head that does not fit this backbone is refused with its reason.
+        router.attach_loaded_head(head.clone(), head_file)?;
+        router.detach_head();
         let described = router.precision_label();
         log.step(&format!("{described}: routing every task"));
         let routed = route_logged(&mut router, data, &mut log)?;
@@ -399,11 +400,11 @@ pub fn run_agreement(flags: &RouterFlags, q: &QualityFlags, out: &Path, output: 
         }
         pass.decide_ms = routed.tasks.iter().map(|t| t.decide_ms).collect();
         passes.push(pass);
-        last = Some((router, checkpoint_file, head));
+        last = Some((router, checkpoint_file));
     }
     drop(log);
-    let (router, checkpoint_file, head) = last.expect("two passes ran");
-    let data = data.expect("parsed in the first pass");
+    let (router, checkpoint_file) = last.expect("two passes ran");
+    let (head, _, data) = inputs.expect("read in the first pass");
     fn side(p: &Pass) -> Side<'_> {
         Side { precision: &p.precision, probabilities: &p.probabilities, costs: &p.costs, features: &p.features, decide_ms: &p.decide_ms }
     }

@@ -165,7 +165,7 @@ pub fn compare(data: &Dataset, head: HeadView, reference: Side, candidate: Side)
         let p = &side.probabilities[t];
         router::rank(head.candidates, p, &[], &side.costs[t], weight)
             .iter()
-            .map(|r| (head.candidates.iter().position(|c| *c == r.id).unwrap_or(0), r.utility))
+            .map(|r| (head.candidates.iter().position(|c| *c == r.id).expect("rank returns the ids it is given"), r.utility))
             .collect()
     };
     let all = data.indices(Subset::All);
