@@ -12,6 +12,7 @@ use bench::estimate::format_duration;
 use bench::guide::{widget_rows, PUBLISHED_CONDITIONS};
 use bench::page::RouterForm;
 use bench::report::{format_ms, LatencyReport};
+use bench::roofline::DeviceCeilings;
 use bench::Protocol;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -21,6 +22,7 @@ use wire::{
 
 use crate::browser;
 use crate::report_view::measured_where;
+use crate::roofline_view::{self, RooflineView};
 use crate::worker_client::{WorkerBuild, WorkerClient};
 
 /// The site's model manifest, compiled in: the widget names the checkpoint
@@ -52,6 +54,9 @@ enum Phase {
     /// After the protocol, one decide of the example task, to show what the
     /// timed calls decided.
     Deciding,
+    /// Measuring this device's ceilings for the example decide's roofline
+    /// (only when the reader asks, from the details).
+    Probing,
     /// The column holds a result (measured here, or shared).
     Shown,
     /// What went wrong, in a sentence; the button runs again.
@@ -60,7 +65,7 @@ enum Phase {
 
 impl Phase {
     fn busy(&self) -> bool {
-        matches!(self, Phase::Starting | Phase::Loading(_) | Phase::Running { .. } | Phase::Deciding)
+        matches!(self, Phase::Starting | Phase::Loading(_) | Phase::Running { .. } | Phase::Deciding | Phase::Probing)
     }
 }
 
@@ -83,6 +88,9 @@ struct Widget {
     model: RwSignal<Option<ModelInfo>>,
     /// The example task's decision after a live run (a shared report has none).
     decision: RwSignal<Option<router::Decision>>,
+    /// This device's ceilings, once the reader asked for the roofline
+    /// (they hold for the loaded checkpoint, so a later run reuses them).
+    ceilings: RwSignal<Option<DeviceCeilings>>,
     share_link: RwSignal<Option<String>>,
     client: StoredValue<Option<WorkerClient>, LocalStorage>,
     /// The job the widget started last: answers about any other are stale.
@@ -194,6 +202,13 @@ impl Widget {
         }
     }
 
+    /// Measures this device's ceilings for the example decide's roofline.
+    fn roofline(self) {
+        if self.start(JobRequest::Roofline) {
+            self.phase.set(Phase::Probing);
+        }
+    }
+
     fn on_message(self, message: FromWorker) {
         match message {
             FromWorker::Hello { .. } => self.load(),
@@ -231,6 +246,10 @@ impl Widget {
             }
             JobEvent::Finished { result: JobResult::Decided { decision, .. }, .. } => {
                 self.decision.set(Some(*decision));
+                self.phase.set(Phase::Shown);
+            }
+            JobEvent::Finished { result: JobResult::Roofline(ceilings), .. } => {
+                self.ceilings.set(Some(ceilings));
                 self.phase.set(Phase::Shown);
             }
             JobEvent::Finished { .. } => {}
@@ -277,6 +296,7 @@ pub fn LatencyWidget() -> impl IntoView {
         report: RwSignal::new(None),
         model: RwSignal::new(None),
         decision: RwSignal::new(None),
+        ceilings: RwSignal::new(None),
         share_link: RwSignal::new(None),
         client: StoredValue::new_local(None),
         job: StoredValue::new(JobId(0)),
@@ -360,6 +380,7 @@ pub fn LatencyWidget() -> impl IntoView {
             </p>
             <MeasuredLine widget=widget/>
             <DecisionLine widget=widget/>
+            <RooflineDetails widget=widget/>
             <div class="widget-actions">
                 <button type="button" data-testid="widget-run" on:click=move |_| widget.run()
                     disabled=move || !can_run || widget.phase.with(Phase::busy)>
@@ -463,6 +484,29 @@ fn DecisionLine(widget: Widget) -> impl IntoView {
     }
 }
 
+/// After a live run, in details: the example decide against this device's
+/// ceilings (measured when the reader asks; nothing runs before).
+#[component]
+fn RooflineDetails(widget: Widget) -> impl IntoView {
+    move || {
+        let decision = widget.decision.get()?;
+        let model = widget.model.get()?;
+        let readout = widget.ceilings.get().map(|ceilings| {
+            view! { <RooflineView ceilings=ceilings flops=model.flop_model decision=decision/> }
+        });
+        Some(view! {
+            <details class="roofline-details" data-testid="widget-roofline">
+                <summary>"Roofline: how close this decide came to what this device allows"</summary>
+                <button type="button" class="link" data-testid="widget-roofline-measure" on:click=move |_| widget.roofline()
+                    disabled=move || widget.phase.with(Phase::busy)>
+                    {roofline_view::QUESTION}
+                </button>
+                {readout}
+            </details>
+        })
+    }
+}
+
 /// The progress bar and the status line (announced to screen readers).
 #[component]
 fn Progress(widget: Widget) -> impl IntoView {
@@ -486,6 +530,7 @@ fn Progress(widget: Widget) -> impl IntoView {
             }
         }
         Phase::Deciding => "Deciding the example task…".into(),
+        Phase::Probing => "Measuring this device's ceilings…".into(),
         Phase::Shown => match widget.report.get() {
             Some((report, Origin::Live)) => {
                 let total: f64 =
@@ -501,7 +546,7 @@ fn Progress(widget: Widget) -> impl IntoView {
         let (value, max) = match widget.phase.get() {
             Phase::Loading(LoadProgress { done, total: Some(t), .. }) if t > 0 => (done as f64, t as f64),
             Phase::Running { done, overall, .. } if overall > 0 => (done as f64, overall as f64),
-            Phase::Starting | Phase::Loading(_) | Phase::Running { .. } | Phase::Deciding => (0.0, 1.0),
+            Phase::Starting | Phase::Loading(_) | Phase::Running { .. } | Phase::Deciding | Phase::Probing => (0.0, 1.0),
             _ => return None,
         };
         Some(view! { <progress data-testid="widget-progress" aria-label="Progress of the run" max=max value=value></progress> })

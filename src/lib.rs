@@ -20,6 +20,7 @@ pub mod latency_widget;
 pub mod quality_view;
 pub mod report_view;
 pub mod request_view;
+pub mod roofline_view;
 pub mod router_page;
 pub mod serve_view;
 pub mod worker_client;

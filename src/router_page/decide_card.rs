@@ -3,6 +3,7 @@
 //! timings and prefix reuse. Owns the decide jobs.
 
 use bench::report::format_ms;
+use bench::roofline::DeviceCeilings;
 use leptos::prelude::*;
 use router::{Conversation, CostTerm, Decision, Neighbour, ScoringChoice};
 use wire::session::ModelState;
@@ -10,6 +11,7 @@ use wire::{JobEvent, JobKind, JobRequest, JobResult, Scoring};
 
 use super::worker::Worker;
 use super::{bytes_label, Alert, PageForm};
+use crate::roofline_view::{self, RooflineView};
 
 /// The last decision, with the training tasks nearest to it (a trained
 /// head's decision only).
@@ -19,20 +21,27 @@ struct Decided {
     neighbours: Vec<Neighbour>,
 }
 
-/// The card's state: the last decision, and the worker's memory after it.
+/// The card's state: the last decision, the worker's memory after it,
+/// and this device's ceilings once asked for (they hold for the loaded
+/// model, so every later decision's roofline reads them).
 #[derive(Clone, Copy)]
 struct DecideState {
     decided: RwSignal<Option<Decided>>,
     /// The worker's wasm memory after the last decision.
     worker_memory: RwSignal<Option<u64>>,
+    ceilings: RwSignal<Option<DeviceCeilings>>,
 }
 
 impl DecideState {
     fn apply(self, event: JobEvent) {
-        if let JobEvent::Finished { result: JobResult::Decided { decision, neighbours, wasm_memory_bytes }, .. } = event {
-            // A list that does not decode only loses the explanation.
-            self.decided.set(Some(Decided { decision: *decision, neighbours: neighbours.decode().unwrap_or_default() }));
-            self.worker_memory.set(Some(wasm_memory_bytes));
+        match event {
+            JobEvent::Finished { result: JobResult::Decided { decision, neighbours, wasm_memory_bytes }, .. } => {
+                // A list that does not decode only loses the explanation.
+                self.decided.set(Some(Decided { decision: *decision, neighbours: neighbours.decode().unwrap_or_default() }));
+                self.worker_memory.set(Some(wasm_memory_bytes));
+            }
+            JobEvent::Finished { result: JobResult::Roofline(ceilings), .. } => self.ceilings.set(Some(ceilings)),
+            _ => {}
         }
     }
 }
@@ -42,8 +51,9 @@ pub fn DecideCard() -> impl IntoView {
     let worker = expect_context::<Worker>();
     let form = expect_context::<PageForm>().0;
     let alert = expect_context::<Alert>();
-    let state = DecideState { decided: RwSignal::new(None), worker_memory: RwSignal::new(None) };
+    let state = DecideState { decided: RwSignal::new(None), worker_memory: RwSignal::new(None), ceilings: RwSignal::new(None) };
     worker.on_job(JobKind::Decide, move |event| state.apply(event));
+    worker.on_job(JobKind::Roofline, move |event| state.apply(event));
     // A decision belongs to the model that made it: a new load hides it,
     // and a replaced worker takes its memory figure with it.
     let loading = Memo::new(move |_| worker.session.with(|s| matches!(s.model(), ModelState::Loading(_))));
@@ -51,6 +61,8 @@ pub fn DecideCard() -> impl IntoView {
     Effect::new(move |_| {
         if loading.get() || gone.get() {
             state.decided.set(None);
+            // Measured for the model a load replaces (its shapes and precision).
+            state.ceilings.set(None);
         }
         if gone.get() {
             state.worker_memory.set(None);
@@ -137,12 +149,38 @@ pub fn DecideCard() -> impl IntoView {
                 </button>
             </div>
             {move || state.decided.get().map(|d| view! { <DecisionView decision=d.decision neighbours=d.neighbours/> })}
+            <RooflineLine state=state/>
             {move || state.worker_memory.get().map(|bytes| view! {
                 <p class="note" data-testid="worker-memory" data-bytes=bytes>
                     {format!("Worker memory after this decision: {} (wasm memory only grows; it stays flat while the prefix cache holds its budget).", bytes_label(bytes as f64))}
                 </p>
             })}
         </section>
+    }
+}
+
+/// Under a decision: the button that measures this device's ceilings, then
+/// the roofline of the last decision against them (nothing runs until asked).
+#[component]
+fn RooflineLine(state: DecideState) -> impl IntoView {
+    let worker = expect_context::<Worker>();
+    let measuring = move || worker.running.get() == Some(JobKind::Roofline);
+    let measure = move |_| {
+        worker.start(JobRequest::Roofline, None);
+    };
+    move || {
+        let decided = state.decided.get()?;
+        let readout = state.ceilings.get().zip(worker.model.get()).map(|(ceilings, model)| {
+            view! { <RooflineView ceilings=ceilings flops=model.flop_model decision=decided.decision/> }
+        });
+        Some(view! {
+            <p class="note">
+                <button type="button" class="link" data-testid="roofline-measure" disabled=move || !worker.can_start(JobKind::Roofline) on:click=measure>
+                    {move || if measuring() { "Measuring this device's ceilings…" } else { roofline_view::QUESTION }}
+                </button>
+            </p>
+            {readout}
+        })
     }
 }
 

@@ -37,15 +37,17 @@ struct PrefixState {
     long_tokens: RwSignal<String>,
     step: RwSignal<Option<PrefixStep>>,
     measured: RwSignal<Option<Measured>>,
+    alert: Alert,
 }
 
 impl PrefixState {
     fn apply(self, event: JobEvent) {
         match event {
             JobEvent::Progress(JobProgress::PrefixStep { done, total, label }) => self.step.set(Some(PrefixStep { done, total, label })),
-            JobEvent::Finished { result: JobResult::Prefix(report), cancelled } => {
-                self.measured.set(Some(Measured { report: *report, cancelled }))
-            }
+            JobEvent::Finished { result: JobResult::Prefix(report), cancelled } => match report.decode() {
+                Ok(report) => self.measured.set(Some(Measured { report, cancelled })),
+                Err(message) => self.alert.show(message),
+            },
             _ => {}
         }
     }
@@ -55,7 +57,7 @@ impl PrefixState {
 pub fn PrefixCard() -> impl IntoView {
     let worker = expect_context::<Worker>();
     let alert = expect_context::<Alert>();
-    let state = PrefixState { long_tokens: RwSignal::new("256".into()), step: RwSignal::new(None), measured: RwSignal::new(None) };
+    let state = PrefixState { long_tokens: RwSignal::new("256".into()), step: RwSignal::new(None), measured: RwSignal::new(None), alert };
     worker.on_job(JobKind::Prefix, move |event| state.apply(event));
     let run = move |_| {
         let long_tokens = state.long_tokens.get_untracked().parse().unwrap_or(256);

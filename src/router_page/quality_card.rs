@@ -30,15 +30,19 @@ struct RouteState {
     routed: RwSignal<Vec<bench::quality::RoutedTask>>,
     progress: RwSignal<Option<(usize, usize)>>,
     ended: RwSignal<Option<RouteEnded>>,
+    alert: Alert,
 }
 
 impl RouteState {
     fn apply(self, event: JobEvent) {
         match event {
-            JobEvent::Progress(JobProgress::TaskRouted { done, total, routed }) => {
-                self.progress.set(Some((done, total)));
-                self.routed.update(|r| r.push(*routed));
-            }
+            JobEvent::Progress(JobProgress::TaskRouted { done, total, routed }) => match routed.decode() {
+                Ok(routed) => {
+                    self.progress.set(Some((done, total)));
+                    self.routed.update(|r| r.push(routed));
+                }
+                Err(message) => self.alert.show(message),
+            },
             JobEvent::Finished { result: JobResult::Routed { checkpoint_id, head_id }, cancelled } => {
                 self.ended.set(Some(RouteEnded { checkpoint: checkpoint_id, head: head_id, cancelled }))
             }
@@ -142,7 +146,7 @@ fn BrowserQuality(study: bench::quality::QualityStudy) -> impl IntoView {
     use bench::quality::{routed_totals, RoutedTask, Subset};
     let worker = expect_context::<Worker>();
     let alert = expect_context::<Alert>();
-    let state = RouteState { routed: RwSignal::new(Vec::new()), progress: RwSignal::new(None), ended: RwSignal::new(None) };
+    let state = RouteState { routed: RwSignal::new(Vec::new()), progress: RwSignal::new(None), ended: RwSignal::new(None), alert };
     worker.on_job(JobKind::Route, move |event| state.apply(event));
     let subset = RwSignal::new(Subset::New64);
     let count = RwSignal::new("4".to_string());

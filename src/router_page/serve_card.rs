@@ -47,6 +47,7 @@ struct ServeState {
     /// The finished runs' summary lines.
     runs_done: RwSignal<Vec<String>>,
     measured: RwSignal<Option<Measured>>,
+    alert: Alert,
 }
 
 impl ServeState {
@@ -60,13 +61,19 @@ impl ServeState {
                 }
                 _ => *live = Some(ServeLive { run, samples: vec![sample], finished, arrivals }),
             }),
-            JobEvent::Progress(JobProgress::ServeRunDone { label, settings, summary, .. }) => {
-                self.runs_done.update(|runs| runs.push(serving::summary_line(&label, &settings, &summary)))
-            }
+            JobEvent::Progress(JobProgress::ServeRunDone { label, settings, summary, .. }) => match summary.decode() {
+                Ok(summary) => self.runs_done.update(|runs| runs.push(serving::summary_line(&label, &settings, &summary))),
+                Err(message) => self.alert.show(message),
+            },
             JobEvent::Finished { result: JobResult::Served { report, study }, cancelled } => {
                 self.live.set(None);
-                let report = report.with_studies(Studies { serve: Some(*study), ..Studies::default() });
-                self.measured.set(Some(Measured { report, cancelled }));
+                match study.decode() {
+                    Ok(study) => {
+                        let report = report.with_studies(Studies { serve: Some(study), ..Studies::default() });
+                        self.measured.set(Some(Measured { report, cancelled }));
+                    }
+                    Err(message) => self.alert.show(message),
+                }
             }
             _ => {}
         }
@@ -90,7 +97,7 @@ pub fn ServeCard() -> impl IntoView {
     let worker = expect_context::<Worker>();
     let page_form = expect_context::<PageForm>().0;
     let alert = expect_context::<Alert>();
-    let state = ServeState { live: RwSignal::new(None), runs_done: RwSignal::new(Vec::new()), measured: RwSignal::new(None) };
+    let state = ServeState { live: RwSignal::new(None), runs_done: RwSignal::new(Vec::new()), measured: RwSignal::new(None), alert };
     worker.on_job(JobKind::Serve, move |event| state.apply(event));
     let form = RwSignal::new(ServeForm::default());
     let native = RwSignal::new(NativeServe::Idle);

@@ -98,6 +98,15 @@ test('latency widget: Run fills the column with cold and warm figures, then link
   const decision = page.getByTestId('widget-decision');
   assert.match(await decision.getAttribute('data-scoring'), /^head-[0-9a-f]{8}$/);
   assert.match(await decision.textContent(), /^Decided for the example task \(\d+ tokens, balanced mode\): route to [\w.-]+, scored by the trained head head-[0-9a-f]{8}\. P\(first place stays ahead of second\) \d+ %; (sure on both counts|unsure: .+)\.$/);
+  // Its roofline, in the details, measured only when asked.
+  await page.locator('[data-testid=widget-roofline] summary').click();
+  assert.equal(await page.getByTestId('roofline').count(), 0, 'no probe runs unasked');
+  await page.getByTestId('widget-roofline-measure').click();
+  await page.getByTestId('roofline-verdict').waitFor({ timeout: 120_000 });
+  assert.deepEqual(await page.locator('[data-testid=roofline-part]').evaluateAll((rows) => rows.map((r) => r.dataset.part)), ['projections', 'attention', 'rest']);
+  assert.match(await page.getByTestId('roofline-device').textContent(), /int8 GEMM [\d.]+ GOP\/s .* the threads build/);
+  assert.match(await page.getByTestId('roofline-verdict').textContent(), /^At this device's measured ceilings this decide would take [\d.]+ ms instead of [\d.]+ ms/);
+  assert.match(await page.getByTestId('widget-status').textContent(), /^Done: /, 'the status returns to the run once the probes end');
   // The full bench with the same protocol, as the page's own fragment.
   assert.equal(await page.getByTestId('widget-full').getAttribute('href'), './#router&iters=5&warmup=2&precision=int8');
   await page.getByTestId('widget-share').click();

@@ -145,14 +145,37 @@ test('load, decide, bench, export, compare and share on the real model', async (
   assert.match(await page.locator('[data-testid=neighbour]').first().innerText(), /\(cosine [\d.]+\): .+\nresolved by .+; not by /);
   assert.match(await text(page, 'decide-stages'), /confidence [\d.]+ ms/);
   await screenshot(page, 'router-decide');
+
+  // The roofline of the last decide: nothing measured until asked, then
+  // this device's ceilings, each part against its own, and the verdict.
+  // (Here, after the first decide: the next one decides the same text, all
+  // of it from the prefix cache, and has no prefill to put on a roofline.)
+  assert.equal(await page.getByTestId('roofline').count(), 0, 'no probe runs unasked');
+  await page.getByTestId('roofline-measure').click();
+  await page.getByTestId('roofline-verdict').waitFor({ timeout: 120_000 });
+  assert.match(await text(page, 'roofline-device'), /^This device: f32 GEMM [\d.]+ GFLOP\/s, int8 GEMM [\d.]+ GOP\/s \(.+\), memory [\d.]+ GB\/s; \d+ thread\(s\)\. Worker: the threads build .* Projections: 210 of 210 on the integer kernels/);
+  const parts = await page.locator('[data-testid=roofline-part]').evaluateAll((rows) => rows.map((r) => [r.dataset.part, Number(r.dataset.share ?? 'NaN')]));
+  assert.deepEqual(parts.map(([part]) => part), ['projections', 'attention', 'rest']);
+  for (const [part, share] of parts.slice(0, 2)) assert.ok(share > 0.02 && share < 3, `${part} at ${share} of its ceiling`);
+  assert.match(await text(page, 'roofline-verdict'), /^At this device's measured ceilings this decide would take [\d.]+ ms instead of [\d.]+ ms: (this speed is close|within twice|the device allows about [\d.]+× this speed)/);
+  console.log(`roofline: ${await text(page, 'roofline-device')}\n  ${(await page.locator('[data-testid=roofline-part]').allInnerTexts()).join('\n  ')}\n  ${await text(page, 'roofline-verdict')}`);
+  const limit = Number(await page.getByTestId('roofline-verdict').getAttribute('data-share-of-limit'));
+  assert.ok(limit > 0.05 && limit < 3, `floor / decide ${limit}`);
+  await screenshot(page, 'router-roofline');
   // The untrained scoring stays a labelled choice, and enters the link.
   await page.getByTestId('scoring-select').selectOption('similarity');
   await page.waitForURL(/scoring=similarity/);
   await page.getByTestId('decide-button').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=decide-scoring]')?.dataset.scoring === 'similarity', null, { timeout: 120_000 });
   assert.equal(await page.getByTestId('decide-confidence').count(), 0, 'the similarity scoring has no confidence to give');
+  // That decide's text came from the prefix cache: the ceilings are kept,
+  // and the readout says why this one has no roofline, or reads its suffix.
+  await page.getByTestId('roofline').waitFor();
+  assert.ok((await page.getByTestId('roofline-problem').count()) + (await page.getByTestId('roofline-verdict').count()) === 1);
+  console.log(`roofline after the cached decide: ${await page.getByTestId('roofline').innerText()}`);
   await page.getByTestId('scoring-select').selectOption('trained');
   assert.ok(!page.url().includes('scoring='));
+
 
   // Before a run, the page says how long the protocol will take here.
   assert.match(await text(page, 'bench-estimate'), /^Estimated on this device: about [\d.]+ (ms|s|min) in all \(15 tokens: .* · 64 tokens: .*\), from the prefill speed loading showed \([\d.]+ GFLOP\/s\)/);

@@ -363,3 +363,34 @@ fn the_sites_manifest_pins_the_heads_in_reports_by_their_digest() {
         );
     }
 }
+
+/// `--roofline`: the warm decide of each conversation against this
+/// machine's measured ceilings, as JSON, and each readout on stderr.
+#[test]
+fn decide_with_a_roofline_sets_each_part_against_this_machines_ceilings() {
+    let cases = tmp("roofline-cases.json");
+    std::fs::write(
+        &cases,
+        r#"[{"messages": [{"role": "user", "content": "Fix the failing date parser test in utils/dates.py, and explain the cause."}]}]"#,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = router_decide(&["--conversations", cases.to_str().unwrap(), "--roofline"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let out: serde_json::Value = serde_json::from_str(&stdout).expect("the output is JSON");
+    let ceilings: bench::roofline::DeviceCeilings = serde_json::from_value(out["ceilings"].clone()).unwrap();
+    assert!(ceilings.f32.gflops > 0.0 && ceilings.int8.gflops > 0.0 && ceilings.bandwidth.gb_per_s > 0.0);
+    // The served precision: every projection of the Q4_1 file on the integer kernels.
+    assert_eq!((ceilings.integer_projections, ceilings.projections), (210, 210));
+    let rooflines: Vec<bench::roofline::Roofline> = serde_json::from_value(out["rooflines"].clone()).unwrap();
+    let decisions: Vec<router::Decision> = serde_json::from_value(out["decisions"].clone()).unwrap();
+    assert_eq!((rooflines.len(), decisions.len()), (1, 1));
+    let roofline = &rooflines[0];
+    // The CLI's router keeps no prefix cache: the warm call prefills the
+    // whole text again, and the roofline counts all of it.
+    assert!(decisions[0].prefix.is_none());
+    assert_eq!(roofline.prefilled_tokens, decisions[0].tokens_used);
+    assert_eq!(roofline.decide_ms, decisions[0].timings.total_ms);
+    assert_eq!(roofline.parts.iter().map(|p| p.part.name()).collect::<Vec<_>>(), ["projections", "attention"]);
+    assert!(roofline.parts.iter().all(|p| p.achieved_gflops > 0.0 && p.floor_ms > 0.0 && p.floor_ms < 10.0 * p.ms));
+    assert!(stderr.contains("ceilings (") && stderr.contains("At this device's measured ceilings this decide would take"), "{stderr}");
+}

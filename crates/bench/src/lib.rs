@@ -22,6 +22,7 @@ pub mod prefix;
 pub mod protocol;
 pub mod quality;
 pub mod report;
+pub mod roofline;
 #[cfg(feature = "engine")]
 pub mod run;
 pub mod serve;

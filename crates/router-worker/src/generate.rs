@@ -164,19 +164,12 @@ impl RouterWorker {
     /// ends, yielding between rows so Cancel is read (a cancelled run keeps
     /// the rows measured). Prompts are cut from the worker's task texts.
     pub(crate) async fn decode_speed(&self, ticket: &JobTicket, plan: Deferred<DecodePlan>) -> Outcome {
-        /// Bytes the probe streams, as natively: past the cache (on the
-        /// development VM, whose L3 reads 300 MiB, 64 MiB streamed at
-        /// 44–55 GB/s and 256 MiB to 1 GiB at 23–27). The buffer is freed
-        /// after the probe, but the wasm memory it grew stays (it never
-        /// shrinks) for the allocator to reuse; the panel runs only when
-        /// asked.
-        const BANDWIDTH_BYTES: usize = 256 << 20;
         let plan = plan.decode()?;
         plan.check()?;
         let loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
         let router = &loaded.router;
         let texts: Vec<String> = self.tasks.iter().map(|t| t.prompt.clone()).collect();
-        let bandwidth = router::probe::memory_bandwidth(BANDWIDTH_BYTES, 5);
+        let bandwidth = router::probe::memory_bandwidth(bench::roofline::BANDWIDTH_PROBE_BYTES, 5);
         let planned = plan.rows();
         let (mut rows, mut cancelled, mut failure) = (Vec::new(), false, None);
         for &(context, batch) in &planned {

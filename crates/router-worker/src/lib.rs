@@ -191,6 +191,12 @@ impl RouterWorker {
             JobRequest::GemmProbe { m, k, n, repeats } => router::probe::gemm_probe(m, k, n, repeats, self.precision())
                 .map(|probe| Finished::complete(JobResult::GemmProbed(probe)))
                 .map_err(|e| e.to_string()),
+            JobRequest::Roofline => match self.loaded.borrow().as_ref() {
+                Some(loaded) => bench::roofline::measure(&loaded.router)
+                    .map(|ceilings| Finished::complete(JobResult::Roofline(ceilings)))
+                    .map_err(|e| e.to_string()),
+                None => Err("no model is loaded yet".into()),
+            },
         };
         self.desk.finish(ticket, outcome, &Page);
     }

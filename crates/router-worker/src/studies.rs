@@ -10,7 +10,7 @@ use router::CacheBudget;
 use serving::{NamedConversation, ServeSettings};
 use wasm_bindgen::prelude::*;
 use wire::desk::{Finished, JobTicket, Outcome};
-use wire::{JobProgress, JobResult};
+use wire::{Deferred, JobProgress, JobResult};
 
 use crate::load::build_router;
 use crate::{build_info, now_ms, Loaded, RouterWorker, TASKS_NAME};
@@ -42,7 +42,7 @@ impl RouterWorker {
             // Let the Cancel message in; outside the timed calls.
             gloo_timers::future::TimeoutFuture::new(0).await;
         }
-        Ok(Finished { result: JobResult::Prefix(Box::new(session.report(router))), cancelled })
+        Ok(Finished { result: JobResult::Prefix(Deferred::encode(&session.report(router))), cancelled })
     }
 
     /// Routes tasks one at a time with a yield between (the quality
@@ -84,7 +84,7 @@ impl RouterWorker {
             let outcome = bench::quality::route::route_task(&mut loaded.router, head.as_ref(), &task.id, &task.prompt)
                 .map_err(|e| format!("task {}: {e}", task.id))?;
             loaded.calls += 1;
-            self.progress(ticket, JobProgress::TaskRouted { done: i + 1, total, routed: Box::new(outcome.routed) });
+            self.progress(ticket, JobProgress::TaskRouted { done: i + 1, total, routed: Deferred::encode(&outcome.routed) });
             // Let the Cancel message in; outside the timed calls.
             gloo_timers::future::TimeoutFuture::new(0).await;
         }
@@ -197,7 +197,7 @@ impl RouterWorker {
                     index,
                     label: run.label.clone(),
                     settings: run.settings.clone(),
-                    summary: Box::new(run.summary.clone()),
+                    summary: Deferred::encode(&run.summary),
                 },
             );
             runs.push(run);
@@ -228,7 +228,7 @@ impl RouterWorker {
             study.prompt_set.clone(),
             NoStudies {},
         );
-        Ok(Finished { result: JobResult::Served { report: Box::new(report), study: Box::new(study) }, cancelled })
+        Ok(Finished { result: JobResult::Served { report: Box::new(report), study: Deferred::encode(&study) }, cancelled })
     }
 
     pub(crate) async fn bench(&self, ticket: &JobTicket, protocol: Protocol, mode: Option<String>) -> Outcome {

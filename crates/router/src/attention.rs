@@ -60,9 +60,17 @@ impl Shape {
 /// Work is cut into (head, block of query rows) tasks for the thread pool;
 /// within a task the scores of a block against its visible keys and the
 /// weighted sum of values are small matrix products on the projections'
-/// micro-kernel: keys are its `A` (rows read in place, any start), the
-/// block's queries, packed, its `B`; then the softmaxed weights are `A` and
-/// the value rows `B`, accumulated piece by piece.
+/// micro-kernel: the block's queries are its `A` (rows read in place), the
+/// keys, packed once per call into panels, its `B`, and the score tiles go
+/// straight into the weights' rows; then the softmaxed weights are `A` and
+/// the values, packed likewise, `B`. Packing once per call (per layer)
+/// instead of reading keys and values in place and packing each block's
+/// queries took the attention probe at 1,024 tokens from 25.3 to 19.3 ms
+/// on the 2-core AVX2 machine (the median of six alternated runs'
+/// medians, on a noisy machine), and a 1,024-token int8 decide's attention
+/// from 632–765 to 594–629 ms (27–28 % of the decide instead of 29 %;
+/// three alternated runs): the values were read a 32-byte panel of every
+/// 256-byte row, and the transposed score store was scalar.
 pub fn causal(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, scale: f32, out: &mut [f32]) {
     causal_at(panel_widths(s.head_dim)[0], q, pieces, s, scale, out);
 }
@@ -95,6 +103,44 @@ fn causal_panels<const W: usize>(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, sc
     assert!(q.len() >= s.tokens * s.heads * d && out.len() >= s.tokens * s.heads * d);
     let group = (s.heads / s.kv_heads.max(1)).max(1);
     let ld = s.heads * d;
+    // Every key and value some query sees, from a panel boundary, packed
+    // once per call as the micro-kernel's B, per K/V head, shared by every
+    // block of queries and every query head of the group: keys in panels
+    // of W keys (d rows each) for the scores, whose A is then the queries
+    // read in place; values in panels of W of their `width` columns (one
+    // row a key) for the weighted sum. Read in place, a values panel was
+    // 32 bytes of every 256-byte row, the rows (256 KB at 1,024 keys) read
+    // again for each of the d / W panels.
+    let base = s.first_visible(s.start) / W * W;
+    let width = d.div_ceil(NR) * NR;
+    let key_rows = held - base;
+    let per_head = key_rows.div_ceil(W) * d * W + width * key_rows;
+    // Taken out of the thread's slot, not borrowed in place, for the whole
+    // call: natively, a thread waiting in the pool below may run another
+    // forward pass's task, which calls this again on the same thread.
+    let mut packed = PACKED_KV.take();
+    packed.clear();
+    packed.resize(s.kv_heads * per_head, 0.0);
+    parallel::for_each_rows_mut(&mut packed, per_head, 1, |g, head| {
+        let (key_panels, value_panels) = head.split_at_mut(key_rows.div_ceil(W) * d * W);
+        for_each_overlap(pieces, base, held, |piece, first_row, count, at| {
+            let at_head = g * piece.head_rows + first_row;
+            let keys = &piece.keys[at_head * d..][..count * d];
+            for (i, key) in keys.chunks_exact(d).enumerate() {
+                let (panel, lane) = ((at + i) / W, (at + i) % W);
+                for (x, &value) in key.iter().enumerate() {
+                    key_panels[(panel * d + x) * W + lane] = value;
+                }
+            }
+            let values = &piece.values[at_head * width..][..count * width];
+            for (i, row) in values.chunks_exact(width).enumerate() {
+                for (panel, part) in row.chunks_exact(W).enumerate() {
+                    value_panels[(panel * key_rows + at + i) * W..][..W].copy_from_slice(part);
+                }
+            }
+        });
+    });
+    let panels = &packed[..];
     let out = DisjointOut::new(out);
     let blocks = s.tokens.div_ceil(QUERY_BLOCK);
     // Task t: the latest (longest) query blocks first, so the pool's last
@@ -102,22 +148,37 @@ fn causal_panels<const W: usize>(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, sc
     parallel::for_each(s.heads * blocks, |t| {
         let (h, block) = (t % s.heads, blocks - 1 - t / s.heads);
         let rows = block * QUERY_BLOCK..((block + 1) * QUERY_BLOCK).min(s.tokens);
+        let (keys, values) = panels[(h / group) * per_head..][..per_head].split_at(key_rows.div_ceil(W) * d * W);
+        let kv = PackedKv { keys, values, base, rows: key_rows };
         // The tile: rows `rows` × head `h`'s `d` columns, in rows of `ld`.
         let tile = out.region(rows.start * ld + h * d..(rows.end - 1) * ld + (h + 1) * d);
         // SAFETY: this task alone writes that tile (other tasks: other heads
         // or other rows), and `region` checked it lies inside `out`.
-        unsafe { query_block::<W>(q, rows, h, h / group, pieces, s, scale, tile) };
+        unsafe { query_block::<W>(q, rows, h, &kv, s, scale, tile) };
     });
+    PACKED_KV.set(packed);
 }
 
 /// Query rows per task.
 const QUERY_BLOCK: usize = 32;
 
+/// One K/V head's keys and values packed for [`query_block`], from key
+/// position `base` for `rows` positions: the keys in panels of `W` keys
+/// (`d` rows of `W` values each, the last zero-padded), the values in
+/// panels of `W` columns (`rows` rows of `W` values each).
+struct PackedKv<'a> {
+    keys: &'a [f32],
+    values: &'a [f32],
+    base: usize,
+    rows: usize,
+}
+
 /// One head's block of query rows: scores against every key the block may
 /// see, a causal (and windowed) softmax per row, then the weighted values,
 /// written into `out` (row stride `heads × d`) at head `h`'s columns.
-/// Queries are packed in panels of `W` and the values read `W` columns at
-/// a time.
+/// The queries are read in place and the keys and values come packed
+/// (`kv`, the head's K/V head's), so each score tile is stored as rows,
+/// straight into the weights.
 ///
 /// SAFETY: `tile` points at row `rows.start`, head `h`'s first column, of
 /// an output of row stride `heads × d` valid for the rows `rows` × head
@@ -128,8 +189,7 @@ unsafe fn query_block<const W: usize>(
     q: &[f32],
     rows: std::ops::Range<usize>,
     h: usize,
-    g: usize,
-    pieces: &[KvPiece<'_>],
+    kv: &PackedKv<'_>,
     s: Shape,
     scale: f32,
     tile: *mut f32,
@@ -137,57 +197,48 @@ unsafe fn query_block<const W: usize>(
     let d = s.head_dim;
     let ld = s.heads * d;
     let m = rows.len();
-    let panels = m.div_ceil(W);
-    // Key positions [lo, hi) that some row of the block sees.
-    let (lo, hi) = (s.first_visible(s.start + rows.start), s.start + rows.end);
+    // Key positions [lo, hi) that some row of the block sees, from a panel
+    // boundary (the keys before the first visible one get weight 0).
+    let (lo, hi) = (s.first_visible(s.start + rows.start) / W * W, s.start + rows.end);
     let visible = hi - lo;
 
-    // The block's queries as the kernel's B: panels of W queries, d rows each.
-    let mut packed = vec![0f32; panels * d * W];
-    for r in 0..m {
-        let src = &q[(rows.start + r) * ld + h * d..][..d];
-        let (panel, lane) = (r / W, r % W);
-        for (x, &value) in src.iter().enumerate() {
-            packed[(panel * d + x) * W + lane] = value;
-        }
-    }
-
-    // Scores as row-major weights `[m × ldw]`, a row per query: each
-    // piece's keys are the kernel's A, read in place, and its tiles are
-    // stored transposed. The row stride is padded past a multiple of 16
-    // floats: at 1,024 visible keys an unpadded row is 4 KiB, so the eight
-    // rows a tile touches, and the eight A rows the values product reads,
-    // fall in one L1 set and evict each other.
+    // Scores as row-major weights `[m × ldw]`, a row per query: the block's
+    // query rows are the kernel's A, each key panel its B. The row stride
+    // is padded past a multiple of 16 floats: at 1,024 visible keys an
+    // unpadded row is 4 KiB, so the eight rows a tile touches, and the
+    // eight A rows the values product reads, fall in one L1 set and evict
+    // each other.
     let ldw = visible.next_multiple_of(16) + 16;
     WEIGHTS.with_borrow_mut(|weights| {
         if weights.len() < m * ldw {
             weights.resize(m * ldw, 0.0);
         }
         let weights = &mut weights[..m * ldw];
-        for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
-            let keys = &piece.keys[(g * piece.head_rows + first_row) * d..][..count * d];
-            for p in 0..panels {
-                // SAFETY: `weights` has m rows of ldw ≥ visible values; this
-                // writes rows p·W..p·W + cols < m, columns at..at + count ≤ visible.
-                unsafe {
-                    gemm_panel::<W>(
-                        keys,
-                        d,
-                        count,
-                        d,
-                        &packed[p * d * W..],
-                        W,
-                        weights.as_mut_ptr().add(p * W * ldw + at),
-                        ldw,
-                        W.min(m - p * W),
-                        Store::Transposed,
-                    )
-                };
-            }
-        });
+        let queries = &q[rows.start * ld + h * d..];
+        for first_key in (lo..hi).step_by(W) {
+            let panel = (first_key - kv.base) / W;
+            // SAFETY: `weights` has m rows of ldw ≥ visible values; this
+            // writes rows 0..m, columns first_key - lo.. + cols ≤ visible;
+            // `queries` holds m rows of `ld` from head h's column (the
+            // block's rows are rows of `q`), the panel d rows of W.
+            unsafe {
+                gemm_panel::<W>(
+                    queries,
+                    ld,
+                    m,
+                    d,
+                    &kv.keys[panel * d * W..][..d * W],
+                    W,
+                    weights.as_mut_ptr().add(first_key - lo),
+                    ldw,
+                    W.min(hi - first_key),
+                    Store::Overwrite,
+                )
+            };
+        }
         // Softmax per query row; keys a row may not see get weight 0. Its max,
-        // exponentials and sum are three passes over the row rather than one:
-        // a running maximum or sum is a serial chain of float operations that
+        // exponentials and sum are passes over the row rather than one: a
+        // running maximum or sum is a serial chain of float operations that
         // the compiler may not reorder, so a fused loop stayed scalar (with the
         // old transpose pass, most of the 61 % of the attention's time a profile
         // at 1,024 tokens found outside the matrix products), while each pass
@@ -201,39 +252,26 @@ unsafe fn query_block<const W: usize>(
             softmax(&mut row[seen], scale);
         }
 
-        // Weighted values: the weights' columns for a piece times its value
-        // rows, accumulated over the pieces in order.
-        // Value rows are padded to whole NR panels; at W = WIDE, d itself
-        // is a multiple of W (`panel_widths`), so they hold whole W panels.
+        // Weighted values: the weights times each panel of value columns
+        // (at W = WIDE, d itself is a multiple of W: `panel_widths`).
         let width = d.div_ceil(NR) * NR;
-        let mut first = true;
-        for_each_overlap(pieces, lo, hi, |piece, first_row, count, at| {
-            let values = &piece.values[(g * piece.head_rows + first_row) * width..][..count * width];
-            for panel in 0..width / W {
-                let cols = W.min(d - panel * W);
-                // SAFETY: per this function's contract; `weights` has m rows of
-                // `ldw` ≥ `visible` values, of which columns at..at + count are read.
-                unsafe {
-                    gemm_panel::<W>(
-                        &weights[at..],
-                        ldw,
-                        m,
-                        count,
-                        &values[panel * W..],
-                        width,
-                        tile.add(panel * W),
-                        ld,
-                        cols,
-                        if first { Store::Overwrite } else { Store::Accumulate },
-                    )
-                };
-            }
-            first = false;
-        });
+        for panel in 0..width / W {
+            let cols = W.min(d - panel * W);
+            let values = &kv.values[(panel * kv.rows + lo - kv.base) * W..][..visible * W];
+            // SAFETY: per this function's contract; `weights` has m rows of
+            // `ldw` ≥ `visible` values, columns 0..visible read.
+            unsafe { gemm_panel::<W>(weights, ldw, m, visible, values, W, tile.add(panel * W), ld, cols, Store::Overwrite) };
+        }
     });
 }
 
 thread_local! {
+    /// The calling thread's packed keys and values for [`causal`] (one
+    /// layer's at a time, 1.5 MB at 1,024 tokens for SmolLM2): kept from
+    /// call to call, as a fresh allocation of that size is fresh pages to
+    /// fault in every layer. A call takes it and puts it back.
+    static PACKED_KV: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+
     /// Each pool thread's score buffer, kept from task to task: a block's
     /// `[32 × visible]` scores are 135 KB at 1,024 tokens, 270 tasks a
     /// layer, and a fresh zeroed allocation per task was part of the

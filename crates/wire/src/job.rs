@@ -17,6 +17,7 @@ use bench::decode_study::{GenerationPlan, GenerationRun};
 use bench::prefix::PrefixReport;
 use bench::quality::RoutedTask;
 use bench::report::LatencyReport;
+use bench::roofline::DeviceCeilings;
 use bench::serve::ServeStudy;
 use router::sampling::{GenerationSummary, SamplingParams};
 use router::{BuildStage, Conversation, Decision, GemmProbe, Neighbour, Precision};
@@ -49,6 +50,7 @@ pub enum JobKind {
     ServeGenerate,
     Request,
     DecodeSpeed,
+    Roofline,
 }
 
 impl JobKind {
@@ -66,6 +68,7 @@ impl JobKind {
             JobKind::ServeGenerate => "the serving test with generation",
             JobKind::Request => "a routed request",
             JobKind::DecodeSpeed => "the decode-speed bench",
+            JobKind::Roofline => "measuring this device's ceilings",
         }
     }
 
@@ -181,6 +184,11 @@ pub enum JobRequest {
     /// plan's rows one at a time, each posted as it ends
     /// ([`JobProgress::DecodeRow`]), prompts cut from the worker's tasks.
     DecodeSpeed { plan: Deferred<DecodePlan> },
+    /// This device's ceilings for the loaded backbone
+    /// (`bench::roofline::measure`): the f32 and integer GEMM at its FFN
+    /// shape and memory bandwidth, for the roofline of the page's last
+    /// decide.
+    Roofline,
 }
 
 impl JobRequest {
@@ -197,6 +205,7 @@ impl JobRequest {
             JobRequest::ServeGenerate { .. } => JobKind::ServeGenerate,
             JobRequest::Request { .. } => JobKind::Request,
             JobRequest::DecodeSpeed { .. } => JobKind::DecodeSpeed,
+            JobRequest::Roofline => JobKind::Roofline,
         }
     }
 }
@@ -337,7 +346,7 @@ pub enum JobProgress {
     TaskRouted {
         done: usize,
         total: usize,
-        routed: Box<RoutedTask>,
+        routed: Deferred<RoutedTask>,
     },
     /// The serving test warmed up: the prompt set's size, the runs, and how
     /// long one whole decide of the heaviest prompt took with nothing queued
@@ -357,14 +366,13 @@ pub enum JobProgress {
         arrivals: usize,
     },
     /// One run of a serving test ended (`cancelled` runs stop early and say
-    /// so in their label): its figures only; every record arrives in the
-    /// finished report, so the embedded widget, which shares this type, does
-    /// not carry a decoder for them.
+    /// so in their label): its figures only (every record arrives in the
+    /// finished report), deferred like every study's section below.
     ServeRunDone {
         index: usize,
         label: String,
         settings: ServeSettings,
-        summary: Box<RunSummary>,
+        summary: Deferred<RunSummary>,
     },
     /// A generation chose one more token: the text it releases (empty
     /// while a character or a possible stop text is incomplete), the
@@ -442,7 +450,7 @@ pub enum JobResult {
     GemmProbed(GemmProbe),
     /// The latency report (partial when cancelled).
     Bench(Box<LatencyReport>),
-    Prefix(Box<PrefixReport>),
+    Prefix(Deferred<PrefixReport>),
     /// The routing ended; the ids name the checkpoint and head its
     /// decisions came from.
     Routed {
@@ -451,11 +459,13 @@ pub enum JobResult {
         head_id: Option<String>,
     },
     /// The serving study, and the report's envelope to carry it (the page
-    /// puts the one in the other; the widget, which shares this type, links
-    /// no decoder for the other studies' sections).
+    /// puts the one in the other). The studies' sections, the routed tasks
+    /// and the prefix report cross deferred: the latency widget shares this
+    /// type and receives none of them, and their decoders were 20 KB of
+    /// its first load (gzipped), which the roofline readout needed.
     Served {
         report: Box<LatencyReport>,
-        study: Box<ServeStudy>,
+        study: Deferred<ServeStudy>,
     },
     /// The generation (cancelled: the tokens so far, no finish reason).
     Generated(Deferred<GenerationSummary>),
@@ -475,6 +485,7 @@ pub enum JobResult {
     },
     /// The decode-speed run (cancelled: the rows measured so far).
     DecodeSpeed(Deferred<DecodeSpeed>),
+    Roofline(DeviceCeilings),
 }
 
 impl JobResult {
@@ -492,6 +503,7 @@ impl JobResult {
             JobResult::ServedGeneration { .. } => JobKind::ServeGenerate,
             JobResult::Requested { .. } => JobKind::Request,
             JobResult::DecodeSpeed(_) => JobKind::DecodeSpeed,
+            JobResult::Roofline(_) => JobKind::Roofline,
         }
     }
 }

@@ -410,6 +410,7 @@ mod tests {
             JobKind::ServeGenerate,
             JobKind::Request,
             JobKind::DecodeSpeed,
+            JobKind::Roofline,
         ] {
             assert_eq!(session.can_start(kind), Err(Refusal::NoModel), "{kind:?}");
         }
@@ -457,7 +458,7 @@ mod tests {
 
     #[test]
     fn cancel_applies_to_the_long_jobs_once_and_its_timer_fires_only_for_the_job_still_running() {
-        for kind in [JobKind::Load, JobKind::Decide, JobKind::GemmProbe] {
+        for kind in [JobKind::Load, JobKind::Decide, JobKind::GemmProbe, JobKind::Roofline] {
             let mut session = ready();
             session.start(kind).unwrap();
             assert_eq!(session.request_cancel(), None, "{kind:?} is one call: nothing to cancel");
