@@ -23,7 +23,7 @@
 
 #![allow(unsafe_code)]
 
-use crate::kernels::{gemm_panel, Store, NR, WIDE};
+use crate::kernels::{gemm_panel, NR, WIDE};
 use crate::parallel::{self, DisjointOut};
 use crate::segment::KvPiece;
 
@@ -75,10 +75,10 @@ pub fn causal(q: &[f32], pieces: &[KvPiece<'_>], s: Shape, scale: f32, out: &mut
     causal_at(panel_widths(s.head_dim)[0], q, pieces, s, scale, out);
 }
 
-/// The query panel widths [`causal`] can run at for heads of `head_dim`
-/// values on this CPU, the one it uses first: 16 queries a panel (one
-/// AVX-512 vector; the value rows, `head_dim` wide, must then hold whole
-/// panels of 16), and [`NR`] everywhere.
+/// The panel widths [`causal`] can run at for heads of `head_dim` values
+/// on this CPU, the one it uses first: 16 keys (and value columns) a panel
+/// (one AVX-512 vector; the value rows, `head_dim` wide, must then hold
+/// whole panels of 16), and [`NR`] everywhere.
 pub fn panel_widths(head_dim: usize) -> &'static [usize] {
     if crate::kernels::wide_available() && head_dim.is_multiple_of(WIDE) {
         &[WIDE, NR]
@@ -232,7 +232,6 @@ unsafe fn query_block<const W: usize>(
                     weights.as_mut_ptr().add(first_key - lo),
                     ldw,
                     W.min(hi - first_key),
-                    Store::Overwrite,
                 )
             };
         }
@@ -260,7 +259,7 @@ unsafe fn query_block<const W: usize>(
             let values = &kv.values[(panel * kv.rows + lo - kv.base) * W..][..visible * W];
             // SAFETY: per this function's contract; `weights` has m rows of
             // `ldw` ≥ `visible` values, columns 0..visible read.
-            unsafe { gemm_panel::<W>(weights, ldw, m, visible, values, W, tile.add(panel * W), ld, cols, Store::Overwrite) };
+            unsafe { gemm_panel::<W>(weights, ldw, m, visible, values, W, tile.add(panel * W), ld, cols) };
         }
     });
 }
@@ -284,14 +283,15 @@ thread_local! {
 
 /// What [`probe`] measured: one layer's causal attention of `tokens` new
 /// tokens against themselves, the prefill's attention stage alone, at one
-/// query panel width.
+/// panel width.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AttentionProbe {
     pub tokens: usize,
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
-    /// Queries per panel (`panel_widths`): 16 on AVX-512, else 8.
+    /// Keys (and value columns) per panel (`panel_widths`): 16 on
+    /// AVX-512, else 8.
     pub panel_width: usize,
     pub repeats: usize,
     pub best_ms: f64,

@@ -124,7 +124,7 @@ impl Packed {
                 let tile = out.region(p * NR..(m - 1) * self.n + p * NR + cols);
                 // SAFETY: each task writes only the columns of its own
                 // panels, inside the span `region` checked.
-                unsafe { gemm_panel::<NR>(a, lda, m, self.k, b, NR, tile, self.n, cols, Store::Overwrite) };
+                unsafe { gemm_panel::<NR>(a, lda, m, self.k, b, NR, tile, self.n, cols) };
             }
         });
     }
@@ -183,27 +183,9 @@ pub fn gemm_dense_into(a: &[f32], m: usize, k: usize, w: &[f32], n: usize, c: &m
     };
 }
 
-/// How [`gemm_panel`] stores its product.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Store {
-    /// `C = A · B`.
-    Overwrite,
-    /// `C += A · B`: a product whose `k` is split over several calls
-    /// (attention's values, held in segments).
-    Accumulate,
-    /// `Cᵀ = (A · B)ᵀ`: element (row r of `A`, column j of the panel) at
-    /// `c[j·ldc + r]`, each tile stored as `cols` runs of contiguous values.
-    /// Attention's scores use it: keys are `A` (read in place) and the
-    /// queries the panel, and the softmax wants a row per query; storing
-    /// the tiles transposed replaced a separate transpose pass, a strided
-    /// scalar copy that took a quarter of the attention's non-matmul time
-    /// in a profile (`perf`, 1,024 tokens).
-    Transposed,
-}
-
 /// Columns per panel of the wide micro-kernel: one AVX-512 vector. Only
-/// attention uses it (its query panels and value columns are its own
-/// layout); the weights' panels stay [`NR`] wide on every target.
+/// attention uses it (its key and value panels are its own layout); the
+/// weights' panels stay [`NR`] wide on every target.
 pub(crate) const WIDE: usize = 16;
 
 /// Whether this build and CPU run [`WIDE`] panels (x86_64 with AVX-512F,
@@ -220,15 +202,13 @@ pub(crate) fn wide_available() -> bool {
 }
 
 /// `C[m × cols] = A[m × k] · B[k × W]` for one column panel `W` wide
-/// ([`NR`], or [`WIDE`] where [`wide_available`]), stored as `store`
-/// says: `a` holds `m` rows of `k` values at stride `lda`; `b` holds `k`
-/// rows of `W` values with stride `ldb`; `c` points at the panel's first
-/// column in a row-major matrix with stride `ldc` (its first row when
-/// transposed).
+/// ([`NR`], or [`WIDE`] where [`wide_available`]), overwriting `C`: `a`
+/// holds `m` rows of `k` values at stride `lda`; `b` holds `k` rows of `W`
+/// values with stride `ldb`; `c` points at the panel's first column in a
+/// row-major matrix with stride `ldc`.
 ///
-/// SAFETY: `c` must be valid for `m` rows of `cols` values at stride `ldc`
-/// (`cols` rows of `m` values when transposed), and not written by anyone
-/// else meanwhile.
+/// SAFETY: `c` must be valid for `m` rows of `cols` values at stride `ldc`,
+/// and not written by anyone else meanwhile.
 // BLAS-style: a matrix argument is a pointer, its rows and its stride.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_panel<const W: usize>(
@@ -241,7 +221,6 @@ pub(crate) unsafe fn gemm_panel<const W: usize>(
     c: *mut f32,
     ldc: usize,
     cols: usize,
-    store: Store,
 ) {
     // One tile buffer for the whole panel, sized for the widest panels:
     // each `micro` call writes every value read back after it, so it is
@@ -251,33 +230,24 @@ pub(crate) unsafe fn gemm_panel<const W: usize>(
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
-        let overwrite = k0 == 0 && store != Store::Accumulate;
+        // The first block of `k` writes the product, the later ones add to it.
+        let overwrite = k0 == 0;
         let mut r0 = 0;
         while r0 < m {
             let rows = MR.min(m - r0);
             micro::<W>(rows, kc, &a[r0 * lda + k0..], lda, &b[k0 * ldb..], ldb, &mut tile);
-            if store == Store::Transposed {
-                for j in 0..cols {
-                    // SAFETY: output row j < cols, columns r0..r0 + rows ≤ m, per the caller.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(c.add(j * ldc + r0), rows) };
-                    for (r, d) in dst.iter_mut().enumerate() {
-                        *d = if overwrite { tile[r * W + j] } else { *d + tile[r * W + j] };
-                    }
-                }
-            } else {
-                for r in 0..rows {
-                    // SAFETY: row r0 + r < m, columns < cols ≤ W, per the caller.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(c.add((r0 + r) * ldc), cols) };
-                    let src = &tile[r * W..r * W + cols];
-                    match (overwrite, <&mut [f32; W]>::try_from(&mut *dst)) {
-                        // A whole panel row as one fixed-size copy: a slice's
-                        // `copy_from_slice` of 8 floats was a call to `memmove`
-                        // per row, 5 % of attention's time once its scores
-                        // were stored this way.
-                        (true, Ok(whole)) => *whole = src.try_into().expect("a whole row is W values"),
-                        (true, Err(_)) => dst.copy_from_slice(src),
-                        (false, _) => dst.iter_mut().zip(src).for_each(|(d, s)| *d += s),
-                    }
+            for r in 0..rows {
+                // SAFETY: row r0 + r < m, columns < cols ≤ W, per the caller.
+                let dst = unsafe { std::slice::from_raw_parts_mut(c.add((r0 + r) * ldc), cols) };
+                let src = &tile[r * W..r * W + cols];
+                match (overwrite, <&mut [f32; W]>::try_from(&mut *dst)) {
+                    // A whole panel row as one fixed-size copy: a slice's
+                    // `copy_from_slice` of 8 floats was a call to `memmove`
+                    // per row, 5 % of attention's time once its scores
+                    // were stored this way.
+                    (true, Ok(whole)) => *whole = src.try_into().expect("a whole row is W values"),
+                    (true, Err(_)) => dst.copy_from_slice(src),
+                    (false, _) => dst.iter_mut().zip(src).for_each(|(d, s)| *d += s),
                 }
             }
             r0 += rows;

@@ -13,7 +13,7 @@
 //! one run.
 //! With `--attention`, it times one layer's causal attention of `--m`
 //! tokens instead (`--heads 9 --kv-heads 3 --head-dim 64`, SmolLM2's), the
-//! prefill's other stage, at the same rate unit, once per query panel width
+//! prefill's other stage, at the same rate unit, once per panel width
 //! this CPU runs (16 on AVX-512, and 8), repeats alternated.
 //! With `--checkpoint`, it also prints each length's prefill FLOPs for that
 //! backbone (`router::FlopModel`), so callers divide by the rate without
