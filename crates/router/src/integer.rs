@@ -851,8 +851,6 @@ mod x86 {
 
 #[cfg(target_arch = "wasm32")]
 mod simd128 {
-    #[cfg(target_feature = "relaxed-simd")]
-    use super::{Activations, IntPacked};
     use super::{Kernel, Strip, ValueWidth, BLOCK, PANEL, R, STEP};
     use core::arch::wasm32::*;
 
@@ -862,61 +860,52 @@ mod simd128 {
     /// The build's kernels, fastest first.
     ///
     /// The threads build has two ways to sum relaxed SIMD's dots, and which
-    /// is faster depends on the CPU under the browser, which wasm cannot
+    /// is faster depends on how the engine lowers them, which wasm cannot
     /// ask: V8 lowers `i32x4.relaxed_dot_i8x16_i7x16_add_s` to one
-    /// `vpdpbusd` where the CPU has AVX-VNNI and to three instructions
-    /// where it has not, against `i16x8.relaxed_dot_i8x16_i7x16_s` twice,
-    /// an i16 add and one widening per two steps. So the first call times
-    /// both on one strip and orders them by what it measured; they compute
-    /// the same sums, so only the time differs.
+    /// `vpdpbusd` where the CPU has AVX-VNNI (arm64: one `sdot`) and to
+    /// `pmaddubsw`, `pmaddwd` by a ones vector it builds each time, and an
+    /// add where it has not, against `i16x8.relaxed_dot_i8x16_i7x16_s`
+    /// (one `pmaddubsw`) twice, an i16 add and one widening per two steps.
+    /// Which lowering runs shows in the dot's result where the operands are
+    /// outside the range relaxed SIMD makes deterministic
+    /// ([`dot_add_is_one_instruction`]), so the order is read off that
+    /// instead of timed. (It was timed on one strip at load, and on a
+    /// noisy 2-vCPU machine without VNNI that picked the i32 dots, whose
+    /// int8 GEMM ceiling was then 69 GOP/s on the page's roofline against
+    /// 66–101 with the pairs, and a 1,024-token decide's projections took
+    /// 3.3 s against 2.4–2.6 s.)
     pub fn kernels() -> Vec<Kernel> {
         #[cfg(target_feature = "relaxed-simd")]
         {
-            static ORDER: std::sync::OnceLock<[Kernel; 2]> = std::sync::OnceLock::new();
             let i32_dots = Kernel { name: "relaxed-SIMD i8 dot, summed in i32", strip: strip::<DotI32> };
             let i16_pairs = Kernel { name: "relaxed-SIMD i8 dot, pairs summed in i16", strip: strip::<PairsI16> };
-            // The i16 pairs only when they win clearly. Counted in
-            // instructions per two steps, they take 5 against the i32 dots'
-            // 2 where V8 has `vpdpbusd` (a VNNI CPU) and 5 against 6 where
-            // it has not; and on a noisy machine (two busy vCPUs) an even
-            // race came out either way round.
-            let order = ORDER.get_or_init(|| if faster(i16_pairs, i32_dots, 1.15) { [i16_pairs, i32_dots] } else { [i32_dots, i16_pairs] });
-            order.to_vec()
+            if dot_add_is_one_instruction() {
+                vec![i32_dots, i16_pairs]
+            } else {
+                vec![i16_pairs, i32_dots]
+            }
         }
         #[cfg(not(target_feature = "relaxed-simd"))]
         vec![Kernel { name: "SIMD128 i16 dot of widened bytes", strip: strip::<WidenedI16> }]
     }
 
-    /// Whether `a` runs SmolLM2-wide strips more than `margin` times
-    /// faster than `b`: the best of 7 alternated runs each, on one thread
-    /// (a run is 32 rows × 256 weight rows × 576, 9.4 MFLOP; the probe's
-    /// 14 runs, 132 MFLOP, are paid once, at load, where the precision
-    /// line names the kernel: at 1.2 MFLOP a run was near the clock's
-    /// grain, and the order came out either way from one page load to the
-    /// next on the same machine).
+    /// Whether this engine's `i32x4.relaxed_dot_i8x16_i7x16_add_s` sums
+    /// each lane's 4 products without saturating on the way, as one
+    /// `vpdpbusd` (x86 with VNNI) or `sdot` (arm64) does, rather than
+    /// through `pmaddubsw`'s saturating i16 pair sums and a widening (x86
+    /// without VNNI, in V8 and SpiderMonkey alike). With 127 against bytes
+    /// 0xFF (outside the i7 range, so each engine keeps its instruction's
+    /// own answer) the pair path gives 2 × 32,767 = 65,534, `vpdpbusd`
+    /// 4 × 255 × 127 = 129,540 and `sdot` 4 × −127 = −508.
     #[cfg(target_feature = "relaxed-simd")]
-    fn faster(a: Kernel, b: Kernel, margin: f64) -> bool {
-        const ROWS: usize = 8 * R;
-        let (n, k) = (256, 576);
-        let weight = IntPacked::from_row_fn(n, k, 32, ValueWidth::Byte, |r, q, scales, mins| {
-            q.iter_mut().enumerate().for_each(|(i, v)| *v = ((r * 5 + i * 3) % 64) as u8);
-            scales.fill(0.01);
-            mins.fill(-0.1);
-        });
-        let x: Vec<f32> = (0..ROWS * k).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
-        let acts = Activations::quantize(&x, ROWS, k, 32);
-        let mut out = vec![0f32; ROWS * n];
-        let mut time = |kernel: Kernel| {
-            let started = web_time::Instant::now();
-            weight.product_rows(&acts, 0, ROWS, 0..n, &mut out, n, kernel.strip);
-            started.elapsed().as_secs_f64()
-        };
-        let (mut best_a, mut best_b) = (f64::MAX, f64::MAX);
-        for _ in 0..7 {
-            best_a = best_a.min(time(a));
-            best_b = best_b.min(time(b));
-        }
-        best_a * margin < best_b
+    fn dot_add_is_one_instruction() -> bool {
+        static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *FUSED.get_or_init(|| {
+            // Through `black_box`, so the compiler cannot fold the dot with
+            // its own answer.
+            let (a, b) = (std::hint::black_box(i8x16_splat(127)), std::hint::black_box(i8x16_splat(-1)));
+            i32x4_extract_lane::<0>(i32x4_relaxed_dot_i8x16_i7x16_add(a, b, i32x4_splat(0))) != 65_534
+        })
     }
 
     /// Two steps of an activation row, each step's 4 bytes broadcast across
@@ -943,6 +932,10 @@ mod simd128 {
         /// One step's 4 values of the half's 4 weight rows, as the dots
         /// take them.
         type Weights: Copy;
+        /// The dots this kernel runs on nibble weights (values ≤ 15),
+        /// whose smaller products may allow a cheaper sum; `Self` where
+        /// they do not.
+        type Nibbles: Dots;
         fn new() -> Self;
         /// Loads one step of a half panel: 16 bytes, 4 rows' 4 values.
         ///
@@ -981,6 +974,7 @@ mod simd128 {
 
     #[cfg(target_feature = "relaxed-simd")]
     impl Dots for PairsI16 {
+        type Nibbles = NibblesI16;
         const HALVES_AT_ONCE: usize = 2;
         type Weights = v128;
         #[inline(always)]
@@ -1009,6 +1003,48 @@ mod simd128 {
         }
     }
 
+    /// Nibble weights' steps (values ≤ 15) summed in i16 for a whole
+    /// 32-value group and widened once, where [`PairsI16`] widens every two
+    /// steps: a step's pair sums are at most 2 × 15 × 127 = 3,810, so the
+    /// group's 8 steps stay within ±30,480 and never wrap. Per two steps of
+    /// a half panel that is 2 dots and 2 adds instead of 2 dots, 2 adds and
+    /// a widening (V8: a `pmaddwd` from memory, its constant's address
+    /// loaded each time), and the group's widening happens once per row
+    /// and half.
+    #[cfg(target_feature = "relaxed-simd")]
+    #[derive(Clone, Copy)]
+    struct NibblesI16(v128);
+
+    #[cfg(target_feature = "relaxed-simd")]
+    impl Dots for NibblesI16 {
+        type Nibbles = Self;
+        const HALVES_AT_ONCE: usize = 2;
+        type Weights = v128;
+        #[inline(always)]
+        unsafe fn load_weights(w: *const u8) -> v128 {
+            // SAFETY: the caller's 16 bytes.
+            unsafe { v128_load(w as *const v128) }
+        }
+        #[inline(always)]
+        fn weights(v: v128) -> v128 {
+            v
+        }
+        #[inline(always)]
+        fn new() -> Self {
+            NibblesI16(i16x8_splat(0))
+        }
+
+        #[inline(always)]
+        fn add_two_steps(&mut self, x0: v128, w0: v128, x1: v128, w1: v128) {
+            self.0 = i16x8_add(i16x8_add(self.0, i16x8_relaxed_dot_i8x16_i7x16(x0, w0)), i16x8_relaxed_dot_i8x16_i7x16(x1, w1));
+        }
+
+        #[inline(always)]
+        fn rows(self) -> v128 {
+            i32x4_extadd_pairwise_i16x8(self.0)
+        }
+    }
+
     /// Each step's 4-value dots summed straight into the rows' i32 lanes
     /// (one `vpdpbusd` a step under V8 on an AVX-VNNI CPU).
     #[cfg(target_feature = "relaxed-simd")]
@@ -1017,6 +1053,7 @@ mod simd128 {
 
     #[cfg(target_feature = "relaxed-simd")]
     impl Dots for DotI32 {
+        type Nibbles = Self;
         const HALVES_AT_ONCE: usize = 2;
         type Weights = v128;
         #[inline(always)]
@@ -1063,6 +1100,7 @@ mod simd128 {
 
     #[cfg(not(target_feature = "relaxed-simd"))]
     impl Dots for WidenedI16 {
+        type Nibbles = Self;
         const HALVES_AT_ONCE: usize = 1;
         /// Rows 0–1 and rows 2–3, widened to i16.
         type Weights = [v128; 2];
@@ -1128,13 +1166,20 @@ mod simd128 {
     fn strip<D: Dots>(s: &Strip, out: &mut [f32], ld: usize) {
         // The pointers below stay inside their slices (see `strip_steps`).
         s.assert_in_bounds();
-        match (s.group, D::HALVES_AT_ONCE, s.width) {
-            (16, 2, _) => strip_steps::<4, false, 2, D>(s, out, ld),
-            (16, _, _) => strip_steps::<4, false, 1, D>(s, out, ld),
-            (_, 2, ValueWidth::Byte) => strip_steps::<8, false, 2, D>(s, out, ld),
-            (_, _, ValueWidth::Byte) => strip_steps::<8, false, 1, D>(s, out, ld),
-            (_, 2, ValueWidth::Nibble) => strip_steps::<8, true, 2, D>(s, out, ld),
-            (_, _, ValueWidth::Nibble) => strip_steps::<8, true, 1, D>(s, out, ld),
+        match (s.group, s.width) {
+            (16, _) => halves::<4, false, D>(s, out, ld),
+            (_, ValueWidth::Byte) => halves::<8, false, D>(s, out, ld),
+            (_, ValueWidth::Nibble) => halves::<8, true, D::Nibbles>(s, out, ld),
+        }
+    }
+
+    /// [`strip_steps`] with `D`'s halves a pass.
+    #[inline(always)]
+    fn halves<const STEPS: usize, const NIBBLES: bool, D: Dots>(s: &Strip, out: &mut [f32], ld: usize) {
+        if D::HALVES_AT_ONCE == 2 {
+            strip_steps::<STEPS, NIBBLES, 2, D>(s, out, ld)
+        } else {
+            strip_steps::<STEPS, NIBBLES, 1, D>(s, out, ld)
         }
     }
 

@@ -110,3 +110,56 @@ fn integer_kernel_matches_the_dequantized_operands() {
         }
     }
 }
+
+/// Every integer kernel of this build (the single-thread build's widened
+/// SIMD128 dot; with `+relaxed-simd`, as `scripts/test.sh` builds this test
+/// a second time, the threads build's two relaxed-SIMD sums) gives the same
+/// floats, and the definition's, with every product at its largest: nibble
+/// weights of 15 and byte weights of 63 against activations of ±127, where
+/// the nibble kernel's i16 sums of a 32-value group reach 30,480 of the
+/// 32,767 they may.
+#[wasm_bindgen_test]
+fn every_integer_kernel_agrees_at_the_largest_sums() {
+    use router::integer::{kernels, Activations, IntPacked, ValueWidth};
+    let (m, n, k) = (9, 24, 576);
+    for (width, top) in [(ValueWidth::Nibble, 15u8), (ValueWidth::Byte, 63)] {
+        // Even rows hold the largest value throughout, odd ones a spread.
+        let row = |r: usize, q: &mut [u8], s: &mut [f32], mins: &mut [f32]| {
+            q.iter_mut()
+                .enumerate()
+                .for_each(|(i, v)| *v = if r.is_multiple_of(2) { top } else { ((r * 7 + i * 5) % (top as usize + 1)) as u8 });
+            s.iter_mut().enumerate().for_each(|(g, v)| *v = 0.01 + ((r + g) % 5) as f32 * 0.003);
+            mins.iter_mut().enumerate().for_each(|(g, v)| *v = ((r * 3 + g) % 7) as f32 * 0.02 - 0.06);
+        };
+        let w = IntPacked::from_row_fn(n, k, 32, width, row);
+        let dequantized: Vec<f64> = (0..n)
+            .flat_map(|r| {
+                let (mut q, mut s, mut mins) = (vec![0u8; k], vec![0f32; k / 32], vec![0f32; k / 32]);
+                row(r, &mut q, &mut s, &mut mins);
+                (0..k).map(move |c| s[c / 32] as f64 * q[c] as f64 + mins[c / 32] as f64)
+            })
+            .collect();
+        // ±1 everywhere quantizes to ±127 (the block's largest value is the
+        // scale's step times 127): one sign throughout in every third row,
+        // alternating in the others.
+        let x: Vec<f32> = (0..m * k).map(|i| if (i / k).is_multiple_of(3) || i.is_multiple_of(2) { 1.0 } else { -1.0 }).collect();
+        let acts = Activations::quantize(&x, m, k, 32);
+        assert!(acts.q.iter().all(|&q| q.unsigned_abs() == 127));
+        let simd: Vec<_> = kernels().into_iter().filter(|kernel| !kernel.name.starts_with("portable")).collect();
+        let first = w.matmul_with(&acts, simd[0]);
+        for kernel in &simd[1..] {
+            assert!(w.matmul_with(&acts, *kernel) == first, "{kernel:?} against {:?}, {width:?}", simd[0]);
+        }
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|c| acts.q[i * k + c] as f64 * acts.scales(i)[c / 32] as f64 * dequantized[j * k + c]).sum();
+                let got = first[i * n + j] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-5 * k as f64 * want.abs().max(1.0),
+                    "{:?}, {width:?} at ({i}, {j}): {got} vs {want}",
+                    simd[0]
+                );
+            }
+        }
+    }
+}
