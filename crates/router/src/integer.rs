@@ -869,11 +869,12 @@ mod simd128 {
     /// Which lowering runs shows in the dot's result where the operands are
     /// outside the range relaxed SIMD makes deterministic
     /// ([`dot_add_is_one_instruction`]), so the order is read off that
-    /// instead of timed. (It was timed on one strip at load, and on a
-    /// noisy 2-vCPU machine without VNNI that picked the i32 dots, whose
-    /// int8 GEMM ceiling was then 69 GOP/s on the page's roofline against
-    /// 66–101 with the pairs, and a 1,024-token decide's projections took
-    /// 3.3 s against 2.4–2.6 s.)
+    /// instead of timed. (It was timed on one strip at load: on a noisy
+    /// 2-vCPU machine without VNNI that race picked the i32 dots in two of
+    /// three page loads, where the page's roofline then showed an int8
+    /// GEMM ceiling of 67 and 82 GOP/s and a 1,024-token decide's
+    /// projections took 3.8 and 3.3 s; read off the engine, with the
+    /// nibble sums of [`NibblesI16`], 89–111 GOP/s and 2.2–2.8 s.)
     pub fn kernels() -> Vec<Kernel> {
         #[cfg(target_feature = "relaxed-simd")]
         {
@@ -965,6 +966,24 @@ mod simd128 {
         fn rows(self) -> v128;
     }
 
+    /// The [`Dots`] items of a kernel that takes a step's 16 weight bytes
+    /// as they are loaded (the relaxed dots, which multiply bytes).
+    #[cfg(target_feature = "relaxed-simd")]
+    macro_rules! weights_as_loaded {
+        () => {
+            type Weights = v128;
+            #[inline(always)]
+            unsafe fn load_weights(w: *const u8) -> v128 {
+                // SAFETY: the caller's 16 bytes.
+                unsafe { v128_load(w as *const v128) }
+            }
+            #[inline(always)]
+            fn weights(v: v128) -> v128 {
+                v
+            }
+        };
+    }
+
     /// Each step's i16x8 pair dot (one `pmaddubsw` on x86; the weights
     /// are below 128, where every engine agrees), added to the next in i16
     /// (≤ 2 × 16,002) and widened once into the 4 rows' i32 lanes.
@@ -976,16 +995,7 @@ mod simd128 {
     impl Dots for PairsI16 {
         type Nibbles = NibblesI16;
         const HALVES_AT_ONCE: usize = 2;
-        type Weights = v128;
-        #[inline(always)]
-        unsafe fn load_weights(w: *const u8) -> v128 {
-            // SAFETY: the caller's 16 bytes.
-            unsafe { v128_load(w as *const v128) }
-        }
-        #[inline(always)]
-        fn weights(v: v128) -> v128 {
-            v
-        }
+        weights_as_loaded!();
         #[inline(always)]
         fn new() -> Self {
             PairsI16(i32x4_splat(0))
@@ -1019,16 +1029,7 @@ mod simd128 {
     impl Dots for NibblesI16 {
         type Nibbles = Self;
         const HALVES_AT_ONCE: usize = 2;
-        type Weights = v128;
-        #[inline(always)]
-        unsafe fn load_weights(w: *const u8) -> v128 {
-            // SAFETY: the caller's 16 bytes.
-            unsafe { v128_load(w as *const v128) }
-        }
-        #[inline(always)]
-        fn weights(v: v128) -> v128 {
-            v
-        }
+        weights_as_loaded!();
         #[inline(always)]
         fn new() -> Self {
             NibblesI16(i16x8_splat(0))
@@ -1055,16 +1056,7 @@ mod simd128 {
     impl Dots for DotI32 {
         type Nibbles = Self;
         const HALVES_AT_ONCE: usize = 2;
-        type Weights = v128;
-        #[inline(always)]
-        unsafe fn load_weights(w: *const u8) -> v128 {
-            // SAFETY: the caller's 16 bytes.
-            unsafe { v128_load(w as *const v128) }
-        }
-        #[inline(always)]
-        fn weights(v: v128) -> v128 {
-            v
-        }
+        weights_as_loaded!();
         #[inline(always)]
         fn new() -> Self {
             DotI32(i32x4_splat(0))
