@@ -20,10 +20,22 @@
 //! instead gave 0.9986 for keys at 8 bits (symmetric, per 32 values) and
 //! 0.9978 for the softmax weights at 0..=127 per 32 keys, against 0.9994
 //! unrounded: attention keeps no 8-bit margin on this test.
+//!
+//! Nor does 16 bits pay where the browser runs it. This attention already
+//! runs at 87 % of the f32 GEMM's rate in the same build (1,024 tokens,
+//! SmolLM2's heads, one thread of headless Chromium 156 with relaxed SIMD:
+//! 22.3 GFLOP/s against 25.7 for a [1,024 × 576] · [576 × 1,536] product),
+//! and SIMD128's 16-bit product, `i32x4.dot_i16x8_s`, is `pmaddwd` on x86:
+//! eight multiply–adds and then an `i32x4.add` to accumulate, where two
+//! `f32x4.relaxed_madd`s (one FMA each) do the same eight. The same holds
+//! natively on AVX2 without VNNI (`vpmaddwd` + `vpaddd` against two
+//! `vfmadd`s). The instructions a multiply–add are the same; only the
+//! bytes loaded halve, and at 87 % of the GEMM's rate that leaves little
+//! to win for the rounding it costs.
 
 #![allow(unsafe_code)]
 
-use crate::kernels::{gemm_panel, NR, WIDE};
+use crate::kernels::{gemm_panel, Lanes, NR, WIDE};
 use crate::parallel::{self, DisjointOut};
 use crate::segment::KvPiece;
 
@@ -427,133 +439,129 @@ fn chunk_partial(
             let query = &q[hh * d..][..d];
             let part = &mut partial[hh * (d + 2)..][..d + 2];
             let (stats, out) = part.split_at_mut(2);
-            #[cfg(target_arch = "x86_64")]
-            if x86::available() && d.is_multiple_of(8) {
-                // SAFETY: AVX2 and FMA were just detected; `query`, every
-                // key and value row and `out` hold d values, a multiple of 8.
-                unsafe { x86::scores(query, &rows, row) };
-                (stats[0], stats[1]) = exponentials::<false>(row, scale);
-                // SAFETY: as above.
-                unsafe { x86::weighted_values(row, &rows, out) };
-                continue;
-            }
-            for (score, (key, _)) in row.iter_mut().zip(&rows) {
-                *score = dot(query, key);
-            }
-            (stats[0], stats[1]) = exponentials::<false>(row, scale);
-            out.fill(0.0);
-            for (&w, (_, value)) in row.iter().zip(&rows) {
-                out.iter_mut().zip(*value).for_each(|(o, &v)| *o += w * v);
-            }
+            (stats[0], stats[1]) = decode_head(query, &rows, row, scale, out);
         }
     });
 }
 
-/// Decode attention's two loops in AVX2 with fused multiply–adds (on
-/// AVX-512 machines too: eight lanes already make these loops wait on
-/// memory and the L1, not on arithmetic). The portable loops, compiled
-/// for the same CPU, left the dot at two lanes and the weighted sum as one
-/// chain of dependent adds: 1.1–1.4 ms a layer for eight sequences at 969
-/// keys.
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::*;
-
-    use crate::kernels::avx2::sum;
-
-    pub fn available() -> bool {
-        crate::kernels::avx2::available()
-    }
-
-    /// Four vectors' lane sums as one vector of four: two rounds of
-    /// pairwise adds and the halves added, five instructions for four
-    /// sums where [`sum`] takes five for one.
-    #[target_feature(enable = "avx2,fma")]
-    fn sums4(a: [__m256; 4]) -> __m128 {
-        let both = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-        _mm_add_ps(_mm256_castps256_ps128(both), _mm256_extractf128_ps::<1>(both))
-    }
-
-    /// `scores[j] = query · rows[j].0`, four keys at a time (their lane
-    /// sums folded together by [`sums4`]), the rest one by one.
-    ///
-    /// SAFETY: AVX2 and FMA are available; `query` and every key row hold
-    /// the same number of values, a multiple of 8; `scores` has a value
-    /// per row.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn scores(query: &[f32], rows: &[(&[f32], &[f32])], scores: &mut [f32]) {
-        let d = query.len();
-        assert!(rows.iter().all(|(key, _)| key.len() == d) && scores.len() >= rows.len());
-        let dot = |key: &[f32], c: usize, acc: __m256| {
-            // SAFETY: c + 8 ≤ d, the length of both rows (the callers' loops).
-            unsafe { _mm256_fmadd_ps(_mm256_loadu_ps(query.as_ptr().add(c)), _mm256_loadu_ps(key.as_ptr().add(c)), acc) }
-        };
-        let mut quads = rows.chunks_exact(4);
-        let mut j = 0;
-        for quad in quads.by_ref() {
-            let mut acc = [_mm256_setzero_ps(); 4];
-            for c in (0..d).step_by(8) {
-                for (acc, (key, _)) in acc.iter_mut().zip(quad) {
-                    *acc = dot(key, c, *acc);
-                }
-            }
-            // SAFETY: scores j..j + 4 exist (one per row, asserted).
-            unsafe { _mm_storeu_ps(scores.as_mut_ptr().add(j), sums4(acc)) };
-            j += 4;
+/// One query head of [`chunk_partial`]: `scores[j] = query · rows[j].0`,
+/// their exponentials (returning the maximum and sum the chunks are
+/// combined by), and `out = Σ_j scores[j] · rows[j].1`, on this target's
+/// widest vectors: AVX2 with fused multiply–adds natively (on AVX-512
+/// machines too: eight lanes already make these loops wait on memory and
+/// the L1, not on arithmetic), SIMD128 in wasm32 (with relaxed SIMD's
+/// fused multiply–add where the build has it), four plain lanes
+/// elsewhere. The same two loops for every target, over `kernels`'
+/// [`Lanes`].
+///
+/// Natively, the portable loops compiled for the same CPU left the dot at
+/// two lanes and the weighted sum as one chain of dependent adds: 1.1–1.4
+/// ms a layer for eight sequences at 969 keys. In the browser, what LLVM
+/// vectorised of those loops took 9.5–10.0 ms for a step's 30 layers of
+/// one sequence at 1,024 keys (SmolLM2's 9 query and 3 K/V heads of 64,
+/// one thread of headless Chromium 156, best of 15, three runs), these
+/// 4.2–4.4 ms with relaxed SIMD and 4.9–5.0 without; eight sequences at
+/// 256 keys 19.2–21.6 ms before, 8.5–9.7 after. In the page's decode
+/// panel (single-thread build, two alternated rounds) a step's attention
+/// at 1,024 tokens went from 13.4–13.8 to 9.9–11.0 ms: there the keys
+/// and values come from memory, not the cache. Two accumulators per key
+/// (eight chains of fused multiply–adds instead of four) measured no
+/// faster in wasm, so the scores keep one.
+fn decode_head(query: &[f32], rows: &[(&[f32], &[f32])], scores: &mut [f32], scale: f32, out: &mut [f32]) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::avx2::available() {
+        #[target_feature(enable = "avx2,fma")]
+        fn on_avx2(query: &[f32], rows: &[(&[f32], &[f32])], scores: &mut [f32], scale: f32, out: &mut [f32]) -> (f32, f32) {
+            decode_head_on::<crate::kernels::avx2::V>(query, rows, scores, scale, out)
         }
-        for (key, _) in quads.remainder() {
-            let mut acc = _mm256_setzero_ps();
-            for c in (0..d).step_by(8) {
-                acc = dot(key, c, acc);
-            }
-            scores[j] = sum(acc);
-            j += 1;
-        }
+        // SAFETY: the CPU has AVX2 and FMA (just detected).
+        return unsafe { on_avx2(query, rows, scores, scale, out) };
     }
-
-    /// `out = Σ_j weights[j] · rows[j].1`, 64 columns (eight independent
-    /// accumulators) a pass over the rows, then 8 at a time.
-    ///
-    /// SAFETY: as [`scores`], for `out` and the value rows.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn weighted_values(weights: &[f32], rows: &[(&[f32], &[f32])], out: &mut [f32]) {
-        let d = out.len();
-        let mut c = 0;
-        while c < d {
-            let vectors = ((d - c) / 8).min(8);
-            let mut acc = [_mm256_setzero_ps(); 8];
-            for (&w, (_, value)) in weights.iter().zip(rows) {
-                assert_eq!(value.len(), d);
-                let w = _mm256_set1_ps(w);
-                for (i, acc) in acc.iter_mut().enumerate().take(vectors) {
-                    // SAFETY: c + 8·vectors ≤ d, the row's length.
-                    *acc = _mm256_fmadd_ps(w, unsafe { _mm256_loadu_ps(value.as_ptr().add(c + 8 * i)) }, *acc);
-                }
-            }
-            for (i, acc) in acc.iter().enumerate().take(vectors) {
-                // SAFETY: as above, for `out`.
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * i), *acc) };
-            }
-            c += 8 * vectors;
-        }
-    }
+    #[cfg(target_arch = "wasm32")]
+    return decode_head_on::<crate::kernels::simd128::V>(query, rows, scores, scale, out);
+    #[cfg(not(target_arch = "wasm32"))]
+    decode_head_on::<crate::kernels::portable::V>(query, rows, scores, scale, out)
 }
 
-/// Lanes of the portable dot's fold: four SIMD128 vectors.
-const LANES: usize = 16;
-
-/// `a · b`, folded in [`LANES`] lanes (the portable path: wasm32 and
-/// x86 without AVX2).
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; LANES];
-    let (chunks_a, chunks_b) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = chunks_a.remainder().iter().zip(chunks_b.remainder()).map(|(x, y)| x * y).sum();
-    for (ca, cb) in chunks_a.zip(chunks_b) {
-        let (ca, cb): (&[f32; LANES], &[f32; LANES]) = (ca.try_into().expect("LANES values"), cb.try_into().expect("LANES values"));
-        acc.iter_mut().zip(ca.iter().zip(cb)).for_each(|(s, (&x, &y))| *s += x * y);
+fn decode_head_on<L: Lanes>(query: &[f32], rows: &[(&[f32], &[f32])], scores: &mut [f32], scale: f32, out: &mut [f32]) -> (f32, f32) {
+    let d = query.len();
+    assert!(rows.iter().all(|(key, value)| key.len() == d && value.len() == d) && scores.len() == rows.len() && out.len() == d);
+    // Columns in whole vectors; the rest (none for the models' heads of
+    // 64, 128 or 256) one by one.
+    let whole = d / L::WIDTH * L::WIDTH;
+    let tail = |a: &[f32], b: &[f32]| -> f32 { a[whole..].iter().zip(&b[whole..]).map(|(x, y)| x * y).sum() };
+    // Scores four keys at a time, their lane sums folded together.
+    let mut quads = rows.chunks_exact(4);
+    let mut j = 0;
+    for quad in quads.by_ref() {
+        let mut acc = [L::zero(); 4];
+        for c in (0..whole).step_by(L::WIDTH) {
+            // SAFETY: c + WIDTH ≤ whole ≤ d, the length of the query and of
+            // every key row (asserted).
+            let q = unsafe { L::load(query.as_ptr().add(c)) };
+            for (acc, (key, _)) in acc.iter_mut().zip(quad) {
+                // SAFETY: as above.
+                *acc = acc.mul_add(q, unsafe { L::load(key.as_ptr().add(c)) });
+            }
+        }
+        let four = &mut scores[j..j + 4];
+        // SAFETY: `four` holds four values.
+        unsafe { L::store_sums4(acc, four.as_mut_ptr()) };
+        // Tested, not looped over empty tails: a key's every nanosecond
+        // is 0.28 ms of a 1,024-token step.
+        if whole < d {
+            for (score, (key, _)) in four.iter_mut().zip(quad) {
+                *score += tail(query, key);
+            }
+        }
+        j += 4;
     }
-    lanes(&acc, 0.0, |x, y| x + y) + tail
+    for (key, _) in quads.remainder() {
+        let mut acc = L::zero();
+        for c in (0..whole).step_by(L::WIDTH) {
+            // SAFETY: as above.
+            acc = acc.mul_add(unsafe { L::load(query.as_ptr().add(c)) }, unsafe { L::load(key.as_ptr().add(c)) });
+        }
+        scores[j] = acc.sum() + tail(query, key);
+        j += 1;
+    }
+    let stats = exponentials::<false>(scores, scale);
+    // The weighted values, eight vectors of columns (independent
+    // accumulators) a pass over the rows, then one vector a pass.
+    let mut c = 0;
+    while c + 8 * L::WIDTH <= whole {
+        weighted_columns::<L, 8>(scores, rows, c, out);
+        c += 8 * L::WIDTH;
+    }
+    while c < whole {
+        weighted_columns::<L, 1>(scores, rows, c, out);
+        c += L::WIDTH;
+    }
+    for (x, o) in out.iter_mut().enumerate().skip(whole) {
+        *o = scores.iter().zip(rows).map(|(&w, (_, value))| w * value[x]).sum();
+    }
+    stats
+}
+
+/// `out[c..c + N·WIDTH] = Σ_j weights[j] · rows[j].1[c..c + N·WIDTH]`,
+/// `N` accumulators held in registers over the rows. The caller checked
+/// every value row and `out` hold at least `c + N·WIDTH` values.
+#[inline(always)]
+fn weighted_columns<L: Lanes, const N: usize>(weights: &[f32], rows: &[(&[f32], &[f32])], c: usize, out: &mut [f32]) {
+    assert!(out.len() >= c + N * L::WIDTH);
+    let mut acc = [L::zero(); N];
+    for (&w, (_, value)) in weights.iter().zip(rows) {
+        let w = L::splat_value(w);
+        for (i, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: c + N·WIDTH ≤ the row's length (the caller's check).
+            *acc = acc.mul_add(w, unsafe { L::load(value.as_ptr().add(c + i * L::WIDTH)) });
+        }
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        // SAFETY: c + N·WIDTH ≤ out.len() (asserted).
+        unsafe { acc.store(out.as_mut_ptr().add(c + i * L::WIDTH)) };
+    }
 }
 
 /// Operations of one causal attention call: 4·d per visible pair per head.
@@ -833,6 +841,10 @@ mod tests {
             Batch { heads: 4, kv_heads: 1, d: 16, window: Some(50), positions: &[0, 129, 257], cuts: &[100] },
             Batch { heads: 8, kv_heads: 2, d: 128, window: None, positions: &[256, 1], cuts: &[128] },
             Batch { heads: 16, kv_heads: 1, d: 8, window: Some(3), positions: &[40, 2], cuts: &[] },
+            // Heads whose values are not whole vectors (AVX2's eight
+            // lanes, SIMD128's four): the columns past them one by one.
+            Batch { heads: 4, kv_heads: 2, d: 12, window: None, positions: &[70, 5, 2], cuts: &[3] },
+            Batch { heads: 3, kv_heads: 3, d: 6, window: None, positions: &[9, 0], cuts: &[] },
         ];
         for Batch { heads, kv_heads, d, window, positions, cuts } in cases {
             let scale = 1.0 / (d as f32).sqrt();

@@ -308,10 +308,17 @@ fn micro<const W: usize>(rows: usize, kc: usize, a: &[f32], lda: usize, b: &[f32
     }
 }
 
-/// A vector of `WIDTH` f32 lanes.
-trait Lanes: Copy {
+/// A vector of `WIDTH` f32 lanes: what the micro-kernel here and decode
+/// attention's loops (in `attention`) are written over, once for every
+/// target. An implementation's methods use its target's instructions
+/// without enabling them: callers reach them only from code compiled with
+/// those instructions (a `#[target_feature]` function, or a build whose
+/// target has them).
+pub(crate) trait Lanes: Copy {
     const WIDTH: usize;
     fn zero() -> Self;
+    /// `x` in every lane.
+    fn splat_value(x: f32) -> Self;
     /// SAFETY: `p` is valid for `WIDTH` reads.
     unsafe fn load(p: *const f32) -> Self;
     /// SAFETY: `p` is valid for one read.
@@ -320,6 +327,14 @@ trait Lanes: Copy {
     unsafe fn store(self, p: *mut f32);
     /// `self + a × b`, fused where the target has it.
     fn mul_add(self, a: Self, b: Self) -> Self;
+    /// The sum of the lanes.
+    fn sum(self) -> f32;
+    /// Each of four vectors' lane sums, written to `p[0..4]`: transposed
+    /// and added together, a few instructions for all four instead of a
+    /// whole reduction each.
+    ///
+    /// SAFETY: `p` is valid for four writes.
+    unsafe fn store_sums4(a: [Self; 4], p: *mut f32);
 }
 
 /// Picks the compile-time row count, so every accumulator is a register.
@@ -375,7 +390,7 @@ unsafe fn tile<L: Lanes, const R: usize, const V: usize>(kc: usize, a: *const f3
 }
 
 #[cfg(target_arch = "wasm32")]
-mod simd128 {
+pub(crate) mod simd128 {
     use super::Lanes;
     use core::arch::wasm32::*;
 
@@ -387,6 +402,25 @@ mod simd128 {
         #[inline(always)]
         fn zero() -> V {
             V(f32x4_splat(0.0))
+        }
+        #[inline(always)]
+        fn splat_value(x: f32) -> V {
+            V(f32x4_splat(x))
+        }
+        #[inline(always)]
+        fn sum(self) -> f32 {
+            let pair = f32x4_add(self.0, i32x4_shuffle::<2, 3, 2, 3>(self.0, self.0));
+            f32x4_extract_lane::<0>(f32x4_add(pair, i32x4_shuffle::<1, 1, 1, 1>(pair, pair)))
+        }
+        #[inline(always)]
+        unsafe fn store_sums4(a: [V; 4], p: *mut f32) {
+            // [a0+a2, b0+b2, a1+a3, b1+b3] and the same of c and d; then
+            // their halves interleaved and added: [Σa, Σb, Σc, Σd].
+            let half = |x: v128, y: v128| f32x4_add(i32x4_shuffle::<0, 4, 1, 5>(x, y), i32x4_shuffle::<2, 6, 3, 7>(x, y));
+            let (ab, cd) = (half(a[0].0, a[1].0), half(a[2].0, a[3].0));
+            let sums = f32x4_add(i32x4_shuffle::<0, 1, 4, 5>(ab, cd), i32x4_shuffle::<2, 3, 6, 7>(ab, cd));
+            // SAFETY: per the trait.
+            unsafe { v128_store(p as *mut v128, sums) }
         }
         #[inline(always)]
         unsafe fn load(p: *const f32) -> V {
@@ -421,7 +455,7 @@ mod simd128 {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-mod portable {
+pub(crate) mod portable {
     use super::Lanes;
 
     /// Four lanes in plain Rust; LLVM maps it to the target's SIMD.
@@ -433,6 +467,19 @@ mod portable {
         #[inline(always)]
         fn zero() -> V {
             V([0.0; 4])
+        }
+        #[inline(always)]
+        fn splat_value(x: f32) -> V {
+            V([x; 4])
+        }
+        #[inline(always)]
+        fn sum(self) -> f32 {
+            (self.0[0] + self.0[2]) + (self.0[1] + self.0[3])
+        }
+        #[inline(always)]
+        unsafe fn store_sums4(a: [V; 4], p: *mut f32) {
+            // SAFETY: per the trait.
+            unsafe { std::ptr::write_unaligned(p as *mut [f32; 4], a.map(V::sum)) }
         }
         #[inline(always)]
         unsafe fn load(p: *const f32) -> V {
@@ -484,8 +531,29 @@ pub(crate) mod avx2 {
         const WIDTH: usize = 8;
         #[inline(always)]
         fn zero() -> V {
-            // SAFETY: only reached from `micro`, which has AVX2 enabled.
+            // SAFETY: only reached from code with AVX2 enabled (the trait's
+            // contract), as every method below.
             V(unsafe { _mm256_setzero_ps() })
+        }
+        #[inline(always)]
+        fn splat_value(x: f32) -> V {
+            // SAFETY: as `zero`.
+            V(unsafe { _mm256_set1_ps(x) })
+        }
+        #[inline(always)]
+        fn sum(self) -> f32 {
+            // SAFETY: as `zero`.
+            unsafe { sum(self.0) }
+        }
+        #[inline(always)]
+        unsafe fn store_sums4(a: [V; 4], p: *mut f32) {
+            // Two rounds of pairwise adds and the halves added: five
+            // instructions for four sums where `sum` takes five for one.
+            // SAFETY: as `zero`; `p` per the trait.
+            unsafe {
+                let both = _mm256_hadd_ps(_mm256_hadd_ps(a[0].0, a[1].0), _mm256_hadd_ps(a[2].0, a[3].0));
+                _mm_storeu_ps(p, _mm_add_ps(_mm256_castps256_ps128(both), _mm256_extractf128_ps::<1>(both)));
+            }
         }
         #[inline(always)]
         unsafe fn load(p: *const f32) -> V {
@@ -504,7 +572,7 @@ pub(crate) mod avx2 {
         }
         #[inline(always)]
         fn mul_add(self, a: V, b: V) -> V {
-            // SAFETY: only reached from `micro`, which has FMA enabled.
+            // SAFETY: as `zero` (FMA with AVX2).
             V(unsafe { _mm256_fmadd_ps(a.0, b.0, self.0) })
         }
     }
@@ -543,8 +611,24 @@ pub(crate) mod avx512 {
         const WIDTH: usize = 16;
         #[inline(always)]
         fn zero() -> V {
-            // SAFETY: only reached from `micro`, which has AVX-512F enabled.
+            // SAFETY: only reached from code with AVX-512F enabled (the
+            // trait's contract), as every method below.
             V(unsafe { _mm512_setzero_ps() })
+        }
+        #[inline(always)]
+        fn splat_value(x: f32) -> V {
+            // SAFETY: as `zero`.
+            V(unsafe { _mm512_set1_ps(x) })
+        }
+        #[inline(always)]
+        fn sum(self) -> f32 {
+            // SAFETY: as `zero`.
+            unsafe { _mm512_reduce_add_ps(self.0) }
+        }
+        #[inline(always)]
+        unsafe fn store_sums4(a: [V; 4], p: *mut f32) {
+            // SAFETY: per the trait.
+            unsafe { std::ptr::write_unaligned(p as *mut [f32; 4], a.map(V::sum)) }
         }
         #[inline(always)]
         unsafe fn load(p: *const f32) -> V {
@@ -563,7 +647,7 @@ pub(crate) mod avx512 {
         }
         #[inline(always)]
         fn mul_add(self, a: V, b: V) -> V {
-            // SAFETY: only reached from `micro`, which has AVX-512F enabled.
+            // SAFETY: as `zero`.
             V(unsafe { _mm512_fmadd_ps(a.0, b.0, self.0) })
         }
     }

@@ -159,3 +159,48 @@ fn every_integer_kernel_agrees_at_the_largest_sums() {
         }
     }
 }
+
+/// Decode attention's SIMD128 loops (one new token per sequence, the
+/// path every generated token takes in the browser), against the softmax
+/// definition in f64: grouped heads, keys cut into pieces, a sliding
+/// window, contexts long enough to be split into chunks, and heads of 12
+/// and 6 values, which leave columns past the last whole vector.
+#[wasm_bindgen_test]
+fn decode_attention_matches_the_definition() {
+    use router::attention::{single_queries, Shape, SingleQuery};
+    use router::segment::KvPiece;
+    let value = |i: usize, salt: usize| ((i * 13 + salt * 7) % 29) as f32 / 14.0 - 1.0;
+    for (heads, kv_heads, d, window, start) in
+        [(9usize, 3usize, 64usize, None, 300usize), (4, 2, 12, Some(40), 129), (3, 3, 6, None, 17), (4, 1, 256, None, 5)]
+    {
+        let (total, width) = (start + 1, d.div_ceil(8) * 8);
+        let q: Vec<f32> = (0..heads * d).map(|i| value(i, 1)).collect();
+        let keys: Vec<f32> = (0..kv_heads * total * d).map(|i| value(i, 2)).collect();
+        // Value rows padded to whole panels of 8, as the K/V pages hold them.
+        let values: Vec<f32> = (0..kv_heads * total * width).map(|i| if i % width < d { value(i, 3) } else { f32::NAN }).collect();
+        let cut = total / 3;
+        let pieces = [0..cut, cut..total].map(|rows| KvPiece { keys: &keys, values: &values, head_rows: total, rows });
+        let shape = Shape { heads, kv_heads, tokens: 1, head_dim: d, start, window };
+        let mut out = vec![f32::NAN; heads * d];
+        single_queries(&[SingleQuery { q: &q, pieces: &pieces, shape, out_row: 0 }], 1.0 / (d as f32).sqrt(), &mut out);
+        let first = window.map_or(0, |w| total.saturating_sub(w));
+        for h in 0..heads {
+            let g = h / (heads / kv_heads);
+            let key = |j: usize| &keys[(g * total + j) * d..][..d];
+            let scores: Vec<f64> =
+                (first..total).map(|j| (0..d).map(|x| q[h * d + x] as f64 * key(j)[x] as f64).sum::<f64>() / (d as f64).sqrt()).collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let sum: f64 = weights.iter().sum();
+            for x in 0..d {
+                let want: f64 =
+                    (first..total).zip(&weights).map(|(j, w)| w * values[(g * total + j) * width + x] as f64).sum::<f64>() / sum;
+                let got = out[h * d + x] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-5,
+                    "{heads} heads of {d} over {kv_heads}, query at {start}, head {h}, column {x}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
