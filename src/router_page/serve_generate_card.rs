@@ -6,7 +6,9 @@
 //! (P chunks and D iterations per request) for the run picked. Owns the
 //! serve-generate jobs.
 
-use bench::decode_study::{pd_timeline_svg, recorded_output_lengths, tradeoff_lines, tradeoff_svg, GenerationForm, GenerationRun};
+use bench::decode_study::{
+    kv_timeline_svg, pd_timeline_svg, recorded_output_lengths, tradeoff_lines, tradeoff_svg, GenerationForm, GenerationRun,
+};
 use bench::report::format_ms;
 use leptos::prelude::*;
 use serving::Percentiles;
@@ -14,7 +16,7 @@ use wire::job::GenerationTick;
 use wire::{Deferred, JobEvent, JobKind, JobProgress, JobRequest, JobResult};
 
 use super::worker::{JobProgress as JobProgressLine, Worker};
-use super::{text_field, Alert, NeedsModel};
+use super::{bytes_label, text_field, Alert, NeedsModel};
 use crate::browser;
 
 /// A finished test.
@@ -97,13 +99,17 @@ pub fn ServeGenerateCard() -> impl IntoView {
         (worker.running.get() == Some(JobKind::ServeGenerate)).then(|| {
             let text = state.tick.get().map_or("preparing the prompts".to_string(), |t| {
                 format!(
-                    "run {} of {}: {:.1} s, {} finished, {} running, {} waiting",
+                    "run {} of {}: {:.1} s, {} finished, {} running, {} waiting · K/V of the running batch: {} by the formula, {} allocated in pages, {} of the {} budget counted",
                     t.run + 1,
                     t.runs,
                     t.t_ms / 1000.0,
                     t.finished,
                     t.running,
-                    t.waiting
+                    t.waiting,
+                    bytes_label(t.kv.payload as f64),
+                    bytes_label(t.kv.allocated as f64),
+                    bytes_label(t.counted_kv_bytes as f64),
+                    bytes_label(t.budget_kv_bytes as f64),
                 )
             });
             let (value, max) = state.tick.get().map_or((0.0, 1.0), |t| (t.run as f64, t.runs as f64));
@@ -157,7 +163,10 @@ fn ServedView(served: Served, shown: RwSignal<usize>) -> impl IntoView {
     let tradeoff = tradeoff_svg(&runs);
     let labels: Vec<String> = runs.iter().map(GenerationRun::label).collect();
     let timeline_runs = runs.clone();
+    let kv_runs = timeline_runs.clone();
     let timeline = move || timeline_runs.get(shown.get()).map(pd_timeline_svg).unwrap_or_default();
+    // Runs from older reports recorded no K/V over time: no figure then.
+    let kv_timeline = move || kv_runs.get(shown.get()).and_then(kv_timeline_svg);
     view! {
         <div class="report" data-testid="gen-serve-report">
             {cancelled.then(|| view! { <p class="warning">"Cancelled: the runs that ran are shown, the last one cut short."</p> })}
@@ -196,6 +205,16 @@ fn ServedView(served: Served, shown: RwSignal<usize>) -> impl IntoView {
                 </select>
             </label>
             <figure class="plot serve-timeline-figure" data-testid="gen-serve-timeline" inner_html=timeline></figure>
+            {move || kv_timeline().map(|svg| view! {
+                <figure class="plot" data-testid="gen-serve-kv">
+                    <div inner_html=svg></div>
+                    <figcaption class="note">
+                        "The running batch's K/V after each iteration: the calculator's payload for the tokens held, what the engine's "
+                        "pages of 16 tokens allocate for them, and what the scheduler counts against the budget. Payload bytes are not "
+                        "allocated bytes (note 03). Beneath: requests running and waiting."
+                    </figcaption>
+                </figure>
+            })}
         </div>
     }
 }

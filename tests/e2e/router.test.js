@@ -985,6 +985,12 @@ test('serving with generation: a short mixed load runs in the worker per policy,
   await fill('mixings', 'prefill-first, chunked:16');
   await page.getByTestId('gen-serve-run').click();
   await page.getByTestId('gen-serve-stage').waitFor({ timeout: 60_000 });
+  // Live: the running batch's K/V, by the formula and as allocated (note 03).
+  await page.waitForFunction(
+    () => /K\/V of the running batch: [1-9][\d.]* \S*B by the formula, [1-9][\d.]* \S*B allocated in pages/.test(document.querySelector('[data-testid=gen-serve-stage]')?.textContent ?? ''),
+    null,
+    { timeout: 120_000 },
+  );
   await page.getByTestId('gen-serve-report').waitFor({ timeout: 300_000 });
   const rows = await page.locator('[data-testid=gen-serve-row]').evaluateAll((trs) => trs.map((r) => ({ served: Number(r.dataset.served), measured: Number(r.dataset.measured) })));
   assert.equal(rows.length, 2);
@@ -1000,6 +1006,12 @@ test('serving with generation: a short mixed load runs in the worker per policy,
   }));
   const first = await figure();
   assert.ok(first.prefill > 0 && first.decode > 0 && first.requests >= rows[0].measured, JSON.stringify(first));
+  // The run's K/V over time: payload within the pages allocated, those within what the budget counts, under the budget.
+  const kv = await page.locator('[data-testid=gen-serve-kv] svg').evaluate((svg) => Object.fromEntries(
+    ['budget', 'max-payload', 'max-allocated', 'max-counted', 'max-running'].map((k) => [k, Number(svg.getAttribute(`data-${k}`))]),
+  ));
+  assert.ok(kv['max-payload'] > 0 && kv['max-payload'] <= kv['max-allocated'] && kv['max-allocated'] <= kv['max-counted'], JSON.stringify(kv));
+  assert.ok(kv['max-counted'] <= kv.budget && kv['max-running'] >= 1, JSON.stringify(kv));
   assert.match(first.label, /prefill-first/);
   await page.getByTestId('gen-serve-shown').selectOption('1');
   const second = await figure();

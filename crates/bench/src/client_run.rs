@@ -219,6 +219,8 @@ impl ClientRun {
             layout: serving::disaggregation::Layout::Colocated { replicas: 1 },
             transfers: Vec::new(),
             busy_ms: Vec::new(),
+            // An endpoint's K/V is its own business, as its batching is.
+            kv_block_bytes: 0,
         };
         ClientRun { endpoint, model, run, requests, decomposition }
     }

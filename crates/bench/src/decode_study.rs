@@ -30,6 +30,11 @@ pub struct GenerationRun {
     /// Each instance's time stepping work, ms (empty for older runs).
     #[serde(default)]
     pub busy_ms: Vec<f64>,
+    /// Bytes of a K/V block as the budget counts it (the calculator's
+    /// bytes a token, every layer keeping every token, times the block's
+    /// tokens); 0 in older runs, which recorded no K/V over time.
+    #[serde(default)]
+    pub kv_block_bytes: u64,
 }
 
 fn one_instance() -> Layout {
@@ -37,11 +42,13 @@ fn one_instance() -> Layout {
 }
 
 impl GenerationRun {
-    /// A finished run of `server`.
+    /// A finished run of `server`, whose budget counts blocks of
+    /// `kv_block_bytes`.
     pub fn from_server<E: serving::generation::StepEngine>(
         rate_per_s: f64,
         settings: GenSettings,
         server: &serving::generation::GenServer<E>,
+        kv_block_bytes: u64,
     ) -> GenerationRun {
         GenerationRun {
             rate_per_s,
@@ -52,11 +59,12 @@ impl GenerationRun {
             layout: one_instance(),
             transfers: Vec::new(),
             busy_ms: Vec::new(),
+            kv_block_bytes,
         }
     }
 
-    /// A finished run of `cluster`.
-    pub fn from_cluster<E: HandOff>(rate_per_s: f64, cluster: &Cluster<E>) -> GenerationRun {
+    /// A finished run of `cluster` (as [`GenerationRun::from_server`]).
+    pub fn from_cluster<E: HandOff>(rate_per_s: f64, cluster: &Cluster<E>, kv_block_bytes: u64) -> GenerationRun {
         let settings = cluster.gen_settings();
         let records = cluster.records();
         GenerationRun {
@@ -68,6 +76,7 @@ impl GenerationRun {
             layout: cluster.settings().layout,
             transfers: cluster.transfers().to_vec(),
             busy_ms: cluster.busy_ms(),
+            kv_block_bytes,
         }
     }
 
@@ -322,6 +331,146 @@ pub fn pd_timeline_svg(run: &GenerationRun) -> String {
     out
 }
 
+/// The engine's state at the end of an iteration, summed over instances.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct KvSample {
+    t_ms: f64,
+    payload: u64,
+    allocated: u64,
+    counted: u64,
+    running: usize,
+    waiting: usize,
+}
+
+/// A run's [`KvSample`]s in time order: after each iteration, each
+/// instance's latest figures summed.
+fn kv_samples(run: &GenerationRun) -> Vec<KvSample> {
+    let mut iterations: Vec<&Iteration> = run.iterations.iter().collect();
+    iterations.sort_by(|a, b| a.end_ms.total_cmp(&b.end_ms));
+    let instances = iterations.iter().map(|it| it.instance + 1).max().unwrap_or(0);
+    let mut latest = vec![KvSample::default(); instances];
+    iterations
+        .into_iter()
+        .map(|it| {
+            latest[it.instance] = KvSample {
+                t_ms: it.end_ms,
+                payload: it.kv.payload,
+                allocated: it.kv.allocated,
+                counted: it.blocks_in_use as u64 * run.kv_block_bytes,
+                running: it.running,
+                waiting: it.waiting,
+            };
+            latest.iter().fold(KvSample { t_ms: it.end_ms, ..KvSample::default() }, |sum, l| KvSample {
+                t_ms: sum.t_ms,
+                payload: sum.payload + l.payload,
+                allocated: sum.allocated + l.allocated,
+                counted: sum.counted + l.counted,
+                running: sum.running + l.running,
+                waiting: sum.waiting + l.waiting,
+            })
+        })
+        .collect()
+}
+
+/// Note 03 live, over a run: the running batch's K/V after each iteration
+/// by the calculator's formula (payload), as the engine's blocks allocate
+/// it, and as the scheduler counts it against the budget (blocks reserved
+/// for tokens not yet generated included, under reservation), under the
+/// budget; beneath, the requests running and waiting (the queue over
+/// time). Several instances are summed. A step line per figure, at most
+/// one point a pixel column (its largest value, so no peak is hidden),
+/// so a run of thousands of iterations stays a small figure. `None` for
+/// runs that recorded no K/V (older reports).
+pub fn kv_timeline_svg(run: &GenerationRun) -> Option<String> {
+    if run.kv_block_bytes == 0 || run.iterations.is_empty() {
+        return None;
+    }
+    let samples = kv_samples(run);
+    let budget = (run.settings.batch.budget_blocks * run.layout.instances()) as u64 * run.kv_block_bytes;
+    let end = run.records.iter().map(|r| r.end_ms).chain(samples.iter().map(|s| s.t_ms)).fold(1.0, f64::max);
+    let x = |t: f64| L + (W - L - R) * t / end;
+    let (bytes_top, bytes_h, queue_top, queue_h) = (14.0, 120.0, 170.0, 70.0);
+    let h = queue_top + queue_h + 30.0;
+    let max_bytes = samples.iter().map(|s| s.counted.max(s.allocated)).fold(budget, u64::max).max(1) as f64;
+    let max_queue = samples.iter().map(|s| s.running + s.waiting).max().unwrap_or(0).max(1) as f64;
+    let y_bytes = |b: f64| bytes_top + bytes_h * (1.0 - b / max_bytes);
+    let y_queue = |n: f64| queue_top + queue_h * (1.0 - n / max_queue);
+    // A step line through the samples, one point a pixel column.
+    let step_line = |value: &dyn Fn(&KvSample) -> f64, y: &dyn Fn(f64) -> f64| {
+        let mut columns: Vec<(f64, f64)> = Vec::new();
+        for s in &samples {
+            let (px, v) = (x(s.t_ms).round(), value(s));
+            match columns.last_mut() {
+                Some(last) if last.0 == px => last.1 = last.1.max(v),
+                _ => columns.push((px, v)),
+            }
+        }
+        let mut points = Vec::with_capacity(2 * columns.len());
+        let mut last = 0.0;
+        for (px, v) in columns {
+            points.push(format!("{px:.0},{:.1}", y(last)));
+            points.push(format!("{px:.0},{:.1}", y(v)));
+            last = v;
+        }
+        points.join(" ")
+    };
+    let mib = |b: f64| b / (1024.0 * 1024.0);
+    let label = escape(&run.label());
+    let most = |f: &dyn Fn(&KvSample) -> u64| samples.iter().map(f).max().unwrap_or(0);
+    let mut out = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h:.0}" role="img" class="kv-timeline" aria-label="K/V and queue: {label}" data-budget="{budget}" data-max-payload="{}" data-max-allocated="{}" data-max-counted="{}" data-max-running="{}"><title>K/V and queue: {label}</title>"#,
+        most(&|s| s.payload),
+        most(&|s| s.allocated),
+        most(&|s| s.counted),
+        most(&|s| s.running as u64),
+    );
+    out.push_str(&format!(
+        r#"<line class="budget" x1="{L}" x2="{right:.1}" y1="{budget_y:.1}" y2="{budget_y:.1}"/><text class="tick" x="{tick_x:.1}" y="{budget_y:.1}" text-anchor="end">{budget_mib:.1} MiB</text><text class="tick" x="{tick_x:.1}" y="{zero_y:.1}" text-anchor="end">0</text>"#,
+        right = W - R,
+        tick_x = L - 4.0,
+        budget_y = y_bytes(budget as f64),
+        budget_mib = mib(budget as f64),
+        zero_y = y_bytes(0.0),
+    ));
+    for (class, value) in [
+        ("counted", &(|s: &KvSample| s.counted as f64) as &dyn Fn(&KvSample) -> f64),
+        ("allocated", &|s: &KvSample| s.allocated as f64),
+        ("payload", &|s: &KvSample| s.payload as f64),
+    ] {
+        out.push_str(&format!(r#"<polyline class="{class}" fill="none" points="{}"/>"#, step_line(value, &y_bytes)));
+    }
+    // The legend, each key in its line's colour.
+    let keys = [
+        ("payload", "K/V by the formula (payload)"),
+        ("allocated", "allocated in pages"),
+        ("counted", "counted against the budget"),
+        ("budget", "the budget"),
+    ];
+    let mut key_x = L;
+    for (class, text) in keys {
+        out.push_str(&format!(r#"<text class="legend key-{class}" x="{key_x:.0}" y="{:.1}">{text}</text>"#, bytes_top + bytes_h + 16.0));
+        key_x += 6.0 * text.len() as f64 + 14.0;
+    }
+    out.push_str(&format!(
+        r#"<text class="tick" x="{:.1}" y="{queue_top:.1}" text-anchor="end" dominant-baseline="hanging">{max_queue}</text><text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">0</text>"#,
+        L - 4.0,
+        L - 4.0,
+        y_queue(0.0),
+    ));
+    out.push_str(&format!(r#"<polyline class="running" fill="none" points="{}"/>"#, step_line(&|s| s.running as f64, &y_queue)));
+    out.push_str(&format!(r#"<polyline class="waiting" fill="none" points="{}"/>"#, step_line(&|s| s.waiting as f64, &y_queue)));
+    out.push_str(&format!(
+        r#"<text class="legend key-running" x="{L}" y="{:.1}">requests running</text><text class="legend key-waiting" x="{:.1}" y="{:.1}">waiting</text><text class="legend" x="{:.1}" y="{:.1}" text-anchor="end">{:.1} s</text></svg>"#,
+        h - 8.0,
+        L + 130.0,
+        h - 8.0,
+        W - R,
+        h - 8.0,
+        end / 1000.0
+    ));
+    Some(out)
+}
+
 /// Inter-token latency p95 against TTFT p95, a point per run labelled by
 /// its rate, a line per policy (a mixing on a layout; chunked runs of one
 /// token budget are one policy).
@@ -502,10 +651,40 @@ mod tests {
             outcome: GenOutcome::Served,
         };
         let feed = |prefill| vec![Feed { id: 0, tokens: if prefill { 5 } else { 1 }, prefill }];
+        // 100 bytes a token, blocks of 4 tokens: 6 tokens held take 2
+        // blocks, 7 too; the last iteration retires the request.
+        let kv = |payload, allocated| serving::batching::KvBytes { payload, allocated };
         let iterations = vec![
-            Iteration { instance: 0, start_ms: 1.0, end_ms: 3.0, feeds: feed(true), blocks_in_use: 2 },
-            Iteration { instance: 0, start_ms: 3.0, end_ms: 4.0, feeds: feed(false), blocks_in_use: 2 },
-            Iteration { instance: 0, start_ms: 4.0, end_ms: 5.0, feeds: feed(false), blocks_in_use: 2 },
+            Iteration {
+                instance: 0,
+                start_ms: 1.0,
+                end_ms: 3.0,
+                feeds: feed(true),
+                blocks_in_use: 2,
+                running: 1,
+                waiting: 1,
+                kv: kv(600, 800),
+            },
+            Iteration {
+                instance: 0,
+                start_ms: 3.0,
+                end_ms: 4.0,
+                feeds: feed(false),
+                blocks_in_use: 2,
+                running: 1,
+                waiting: 0,
+                kv: kv(700, 800),
+            },
+            Iteration {
+                instance: 0,
+                start_ms: 4.0,
+                end_ms: 5.0,
+                feeds: feed(false),
+                blocks_in_use: 0,
+                running: 0,
+                waiting: 0,
+                kv: kv(0, 0),
+            },
         ];
         let summary = GenSummary::of(std::slice::from_ref(&record), &settings);
         GenerationRun {
@@ -517,6 +696,7 @@ mod tests {
             layout: one_instance(),
             transfers: Vec::new(),
             busy_ms: Vec::new(),
+            kv_block_bytes: 400,
         }
     }
 
@@ -539,7 +719,30 @@ mod tests {
     fn the_figures_hold_plot_elements_only() {
         let r = run(1.0);
         crate::svg::texts_and_values(&pd_timeline_svg(&r));
+        crate::svg::texts_and_values(&kv_timeline_svg(&r).expect("a run with K/V recorded"));
         crate::svg::texts_and_values(&tradeoff_svg(&[r]));
+    }
+
+    /// The K/V figure's largest figures are the iterations' (blocks
+    /// counted at the block's bytes), the budget is the settings' blocks,
+    /// and two instances' figures add up; a run without K/V has none.
+    #[test]
+    fn the_kv_figure_reads_the_iterations() {
+        let mut r = run(1.0);
+        let svg = kv_timeline_svg(&r).unwrap();
+        for attribute in [r#"data-budget="4000""#, r#"data-max-payload="700""#, r#"data-max-allocated="800""#, r#"data-max-counted="800""#]
+        {
+            assert!(svg.contains(attribute), "{attribute} in {svg}");
+        }
+        // The same iterations on a second instance, a millisecond later.
+        let second: Vec<Iteration> =
+            r.iterations.iter().map(|it| Iteration { instance: 1, end_ms: it.end_ms + 0.001, ..it.clone() }).collect();
+        r.iterations.extend(second);
+        r.layout = Layout::Colocated { replicas: 2 };
+        let svg = kv_timeline_svg(&r).unwrap();
+        assert!(svg.contains(r#"data-budget="8000""#) && svg.contains(r#"data-max-payload="1400""#), "{svg}");
+        r.kv_block_bytes = 0;
+        assert!(kv_timeline_svg(&r).is_none());
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! bytes"). [`Generating`] is the engine's sequence as the batching
 //! scheduler sees it.
 
+use std::sync::Arc;
+
 use router::generate::{step, GenerationTimings, Sequence, BLOCK_TOKENS};
 use router::gguf::Hparams;
 use router::sampling::{GenerationSummary, ParamError, SamplingParams};
@@ -102,31 +104,52 @@ impl SingleGeneration {
     }
 }
 
-/// The engine's sequence as the batching scheduler sees it.
-pub struct Generating(pub Sequence);
+/// The engine's sequence as the batching scheduler sees it, with the
+/// checkpoint's layer shape its K/V payload is counted by.
+pub struct Generating {
+    pub sequence: Sequence,
+    kv_shape: Arc<kv::model::ModelShape>,
+}
+
+impl Generating {
+    pub fn new(sequence: Sequence, kv_shape: Arc<kv::model::ModelShape>) -> Generating {
+        Generating { sequence, kv_shape }
+    }
+
+    /// A sequence on a backbone of these hyperparameters.
+    pub fn on(sequence: Sequence, h: &Hparams) -> Generating {
+        Generating::new(sequence, Arc::new(kv_shape(h)))
+    }
+}
 
 impl Work for Generating {
     fn pending(&self) -> usize {
-        self.0.pending()
+        self.sequence.pending()
     }
     fn in_prefill(&self) -> bool {
-        self.0.in_prefill()
+        self.sequence.in_prefill()
     }
     fn finished(&self) -> bool {
-        self.0.finish().is_some()
+        self.sequence.finish().is_some()
     }
     fn blocks_held(&self) -> usize {
-        self.0.own_kv().blocks()
+        self.sequence.own_kv().blocks()
     }
     fn blocks_after(&self, tokens: usize) -> usize {
-        self.0.blocks_after(tokens)
+        self.sequence.blocks_after(tokens)
     }
     fn blocks_at_most(&self) -> usize {
         // The last token chosen is never fed, so it takes no K/V.
-        (self.0.prompt_len() + self.0.params().max_new_tokens - 1).div_ceil(BLOCK_TOKENS)
+        (self.sequence.prompt_len() + self.sequence.params().max_new_tokens - 1).div_ceil(BLOCK_TOKENS)
     }
     fn preempt(&mut self) {
-        self.0.preempt()
+        self.sequence.preempt()
+    }
+    fn kv_bytes(&self) -> serving::batching::KvBytes {
+        serving::batching::KvBytes {
+            payload: payload_kv_bytes(&self.kv_shape, self.sequence.held()),
+            allocated: self.sequence.own_kv().allocated_kv_bytes(),
+        }
     }
 }
 
@@ -139,6 +162,7 @@ pub struct RouterStepEngine<'a> {
     /// Token ids of each prompt of the set.
     pub prompts: Vec<Vec<u32>>,
     pub params: SamplingParams,
+    kv_shape: Arc<kv::model::ModelShape>,
 }
 
 impl<'a> RouterStepEngine<'a> {
@@ -157,7 +181,7 @@ impl<'a> RouterStepEngine<'a> {
                 router.tokenizer.encode(&Conversation::user(cut).generation_prompt(router.tokenizer.layout)).map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(RouterStepEngine { router, prompts, params })
+        Ok(RouterStepEngine { router, prompts, params, kv_shape: Arc::new(kv_shape(&router.backbone.hparams)) })
     }
 }
 
@@ -167,11 +191,13 @@ impl serving::generation::StepEngine for RouterStepEngine<'_> {
     fn sequence(&mut self, request: &serving::generation::GenRequest) -> Result<Generating, String> {
         let params = SamplingParams { max_new_tokens: request.max_new_tokens, seed: request.id, ignore_eos: true, ..self.params.clone() };
         let prompt = self.prompts.get(request.prompt).ok_or("no such prompt")?.clone();
-        Sequence::new(&self.router.backbone, prompt, KvState::default(), params).map(Generating).map_err(|e| e.to_string())
+        Sequence::new(&self.router.backbone, prompt, KvState::default(), params)
+            .map(|sequence| Generating::new(sequence, self.kv_shape.clone()))
+            .map_err(|e| e.to_string())
     }
 
     fn step(&mut self, batch: &mut [(u64, &mut Generating, usize)]) -> Result<Vec<bool>, String> {
-        let mut feeds: Vec<(&mut Sequence, usize)> = batch.iter_mut().map(|(_, seq, n)| (&mut seq.0, *n)).collect();
+        let mut feeds: Vec<(&mut Sequence, usize)> = batch.iter_mut().map(|(_, seq, n)| (&mut seq.sequence, *n)).collect();
         let report = step(&self.router.backbone, &self.router.tokenizer, &mut feeds).map_err(|e| e.to_string())?;
         Ok(report.emitted.iter().map(Option::is_some).collect())
     }
@@ -183,8 +209,8 @@ impl serving::disaggregation::HandOff for RouterStepEngine<'_> {
     type Parcel = router::handoff::KvParcel;
 
     fn hand_off(&mut self, sequence: Generating) -> Result<(Generating, Self::Parcel), String> {
-        router::handoff::hand_off(&self.router.backbone, sequence.0)
-            .map(|(shell, parcel)| (Generating(shell), parcel))
+        router::handoff::hand_off(&self.router.backbone, sequence.sequence)
+            .map(|(shell, parcel)| (Generating::new(shell, self.kv_shape.clone()), parcel))
             .map_err(|e| e.to_string())
     }
 
@@ -193,7 +219,9 @@ impl serving::disaggregation::HandOff for RouterStepEngine<'_> {
     }
 
     fn receive(&mut self, sequence: Generating, parcel: Self::Parcel) -> Result<Generating, String> {
-        router::handoff::receive(&self.router.backbone, sequence.0, &parcel).map(Generating).map_err(|e| e.to_string())
+        router::handoff::receive(&self.router.backbone, sequence.sequence, &parcel)
+            .map(|received| Generating::new(received, self.kv_shape.clone()))
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -210,7 +210,7 @@ impl StepEngine for Streams<'_> {
 
     fn step(&mut self, batch: &mut [(u64, &mut Generating, usize)]) -> Result<Vec<bool>, String> {
         let report = {
-            let mut feeds: Vec<(&mut Sequence, usize)> = batch.iter_mut().map(|(_, seq, n)| (&mut seq.0, *n)).collect();
+            let mut feeds: Vec<(&mut Sequence, usize)> = batch.iter_mut().map(|(_, seq, n)| (&mut seq.sequence, *n)).collect();
             step(&self.router.backbone, &self.router.tokenizer, &mut feeds).map_err(|e| e.to_string())?
         };
         let now = self.now_ms();
@@ -347,8 +347,8 @@ fn admit(
         }
     };
     let (events, receiver) = mpsc::unbounded_channel();
-    let prompt_tokens = sequence.0.prompt_len();
-    let max_new_tokens = sequence.0.params().max_new_tokens;
+    let prompt_tokens = sequence.sequence.prompt_len();
+    let max_new_tokens = sequence.sequence.params().max_new_tokens;
     let accepted = Accepted { routed: routed.clone(), decide_ms, events: receiver };
     if reply.send(Ok(accepted)).is_err() {
         // The handler is gone already: nothing to serve.
@@ -384,7 +384,7 @@ fn prepare(router: &Router, config: &EngineConfig, checked: &Checked, auto: bool
         params.max_new_tokens = params.max_new_tokens.min(context.saturating_sub(prompt.len()).max(1));
     }
     let sequence = Sequence::new(&router.backbone, prompt, KvState::default(), params)
-        .map(Generating)
+        .map(|sequence| Generating::on(sequence, &router.backbone.hparams))
         .map_err(|e| refusal(&e, checked.max_tokens_field))?;
     let budget = config.gen.batch.budget_blocks;
     let needed = sequence.blocks_at_most();
@@ -395,8 +395,8 @@ fn prepare(router: &Router, config: &EngineConfig, checked: &Checked, auto: bool
             format!(
                 "{}: a prompt of {} tokens and up to {} new ones need {needed} K/V blocks of {block} tokens; this server's whole budget is {budget} (its --kv-budget-mib)",
                 checked.max_tokens_field,
-                sequence.0.prompt_len(),
-                sequence.0.params().max_new_tokens,
+                sequence.sequence.prompt_len(),
+                sequence.sequence.params().max_new_tokens,
             ),
         )
         .with_code("context_length_exceeded"));

@@ -116,6 +116,9 @@ impl RouterWorker {
                     finished: server.records().len(),
                     running,
                     waiting,
+                    kv: server.running_kv_bytes(),
+                    counted_kv_bytes: server.blocks_in_use() as u64 * block_bytes,
+                    budget_kv_bytes: settings.batch.budget_blocks as u64 * block_bytes,
                 });
                 self.progress(ticket, progress);
             };
@@ -143,7 +146,7 @@ impl RouterWorker {
                     GenStep::Done => break,
                 }
             }
-            runs.push(GenerationRun::from_server(rate, settings, &server));
+            runs.push(GenerationRun::from_server(rate, settings, &server, block_bytes));
             if cancelled {
                 break;
             }

@@ -48,6 +48,24 @@ pub trait Work {
     fn blocks_at_most(&self) -> usize;
     /// Drops its K/V, to be fed again from the start.
     fn preempt(&mut self);
+    /// Its K/V now, in bytes: the calculator's payload for the tokens it
+    /// holds, and what its blocks allocate (note 03: not the same).
+    fn kv_bytes(&self) -> KvBytes;
+}
+
+/// K/V in bytes, two ways: the payload (the calculator's formula for the
+/// tokens held, a sliding window keeping only its window) and what the
+/// engine's blocks allocate for them (whole blocks, every layer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvBytes {
+    pub payload: u64,
+    pub allocated: u64,
+}
+
+impl std::iter::Sum for KvBytes {
+    fn sum<I: Iterator<Item = KvBytes>>(iter: I) -> KvBytes {
+        iter.fold(KvBytes::default(), |a, b| KvBytes { payload: a.payload + b.payload, allocated: a.allocated + b.allocated })
+    }
 }
 
 /// How prefills share iterations with decodes.
@@ -201,6 +219,11 @@ impl<W: Work> Scheduler<W> {
     /// Blocks the running sequences hold, or have reserved under [`Memory::Reserve`].
     pub fn blocks_in_use(&self) -> usize {
         self.running.iter().map(|e| self.charge(&e.work, 0)).sum()
+    }
+
+    /// The running sequences' K/V, summed.
+    pub fn running_kv_bytes(&self) -> KvBytes {
+        self.running.iter().map(|e| e.work.kv_bytes()).sum()
     }
 
     /// The ids waiting and running, in order.

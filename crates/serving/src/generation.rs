@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::batching::{BatchSettings, Plan, Scheduler, Work};
+use crate::batching::{BatchSettings, KvBytes, Plan, Scheduler, Work};
 use crate::Percentiles;
 
 /// One request of a generating load.
@@ -128,6 +128,14 @@ pub struct Iteration {
     pub end_ms: f64,
     pub feeds: Vec<Feed>,
     pub blocks_in_use: usize,
+    /// Requests running and waiting once it ended (older runs: 0).
+    #[serde(default)]
+    pub running: usize,
+    #[serde(default)]
+    pub waiting: usize,
+    /// The running sequences' K/V once it ended (older runs: 0).
+    #[serde(default)]
+    pub kv: KvBytes,
 }
 
 /// What one [`GenServer::step`] did.
@@ -248,6 +256,11 @@ impl<E: StepEngine> GenServer<E> {
     /// K/V blocks the running sequences hold now.
     pub fn blocks_in_use(&self) -> usize {
         self.scheduler.blocks_in_use()
+    }
+
+    /// The running sequences' K/V now, in bytes.
+    pub fn running_kv_bytes(&self) -> KvBytes {
+        self.scheduler.running_kv_bytes()
     }
 
     /// Its client went away: the request leaves wherever it is (not yet
@@ -435,6 +448,9 @@ impl<E: StepEngine> GenServer<E> {
             end_ms: end,
             feeds,
             blocks_in_use: self.scheduler.blocks_in_use(),
+            running: self.scheduler.running(),
+            waiting: self.scheduler.waiting(),
+            kv: self.scheduler.running_kv_bytes(),
         });
         GenStep::Worked
     }
@@ -646,6 +662,12 @@ mod tests {
             }
             for it in &iterations {
                 prop_assert!(it.blocks_in_use <= budget_blocks);
+                // Payload within the allocated blocks, and those within
+                // what the scheduler counts against the budget.
+                let block_bytes = (crate::testing::COUNTING_BLOCK * crate::testing::COUNTING_TOKEN_BYTES) as u64;
+                prop_assert!(it.kv.payload <= it.kv.allocated, "{:?}", it.kv);
+                prop_assert!(it.kv.allocated <= it.blocks_in_use as u64 * block_bytes, "{:?} in {} blocks", it.kv, it.blocks_in_use);
+                prop_assert!(it.running > 0 || it.kv == KvBytes::default());
                 if let Some(budget) = chunk {
                     prop_assert!(it.feeds.iter().map(|f| f.tokens).sum::<usize>() <= budget);
                 }

@@ -106,6 +106,9 @@ pub fn drawn_run(offered: f64, arrived: f64, goodput: f64) -> ServeRun {
 /// Tokens a block of [`CountingSeq`] holds.
 pub const COUNTING_BLOCK: usize = 4;
 
+/// K/V bytes a token of [`CountingSeq`] takes.
+pub const COUNTING_TOKEN_BYTES: usize = 16;
+
 /// A generating sequence without a model, for the batching scheduler's
 /// and the generating server's tests: `max_new` tokens after `prompt`,
 /// one chosen whenever every token it holds is fed, K/V in blocks of
@@ -161,6 +164,12 @@ impl Work for CountingSeq {
     fn preempt(&mut self) {
         self.held = 0;
         self.preempted += 1;
+    }
+    fn kv_bytes(&self) -> crate::batching::KvBytes {
+        crate::batching::KvBytes {
+            payload: (self.held * COUNTING_TOKEN_BYTES) as u64,
+            allocated: (self.blocks_held() * COUNTING_BLOCK * COUNTING_TOKEN_BYTES) as u64,
+        }
     }
 }
 

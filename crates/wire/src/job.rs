@@ -400,7 +400,9 @@ pub enum JobProgress {
 }
 
 /// Where a generating serving test is: which run of how many, the
-/// milliseconds into it, and its requests finished, running and waiting.
+/// milliseconds into it, its requests finished, running and waiting, and
+/// the running batch's K/V (note 03's payload against allocated bytes,
+/// live) beside what the scheduler counts of the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GenerationTick {
     pub run: usize,
@@ -409,6 +411,10 @@ pub struct GenerationTick {
     pub finished: usize,
     pub running: usize,
     pub waiting: usize,
+    pub kv: serving::batching::KvBytes,
+    /// Blocks in use at the block's bytes (reservations included).
+    pub counted_kv_bytes: u64,
+    pub budget_kv_bytes: u64,
 }
 
 /// One exact-length bench prompt.

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use bench::decode_study::{pd_timeline_svg, separation_lines, tradeoff_lines, tradeoff_svg, GenerationRun};
+use bench::decode_study::{kv_timeline_svg, pd_timeline_svg, separation_lines, tradeoff_lines, tradeoff_svg, GenerationRun};
 use bench::generation::{formula_bytes_per_token, kv_shape, payload_kv_bytes, RouterStepEngine};
 use bench_cli::cli::{usage, Progress};
 use bench_cli::{LoadFlags, LoadRun, Loaded, RouterFlags};
@@ -156,7 +156,7 @@ fn run(args: Args) -> Result<()> {
         let started = Instant::now();
         let mut stopwatch = || started.elapsed().as_secs_f64() * 1000.0;
         while cluster.step(&mut stopwatch) != ClusterStep::Done {}
-        runs.push(GenerationRun::from_cluster(rate, &cluster));
+        runs.push(GenerationRun::from_cluster(rate, &cluster, block_bytes));
     }
     print_table(&runs);
     println!();
@@ -181,12 +181,15 @@ fn run(args: Args) -> Result<()> {
     }
     if let Some(out) = &args.out {
         std::fs::write(out, serde_json::to_string(&runs)?).with_context(|| format!("--out {}", out.display()))?;
-        // The figures beside it: the trade-off, and each run's timeline.
+        // The figures beside it: the trade-off, and each run's timeline and K/V over time.
         let stem = out.with_extension("");
         let figure = |suffix: &str| PathBuf::from(format!("{}.{suffix}.svg", stem.display()));
         std::fs::write(figure("tradeoff"), tradeoff_svg(&runs))?;
         for (i, run) in runs.iter().enumerate() {
             std::fs::write(figure(&format!("timeline-{}", i + 1)), pd_timeline_svg(run))?;
+            if let Some(kv) = kv_timeline_svg(run) {
+                std::fs::write(figure(&format!("kv-{}", i + 1)), kv)?;
+            }
         }
         println!("wrote {} and its figures ({}, {}…)", out.display(), figure("tradeoff").display(), figure("timeline-1").display());
     }
