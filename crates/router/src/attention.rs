@@ -531,11 +531,13 @@ fn decode_head_on<L: Lanes>(query: &[f32], rows: &[(&[f32], &[f32])], scores: &m
     // accumulators) a pass over the rows, then one vector a pass.
     let mut c = 0;
     while c + 8 * L::WIDTH <= whole {
-        weighted_columns::<L, 8>(scores, rows, c, out);
+        // SAFETY: every value row holds d ≥ c + 8·WIDTH values (asserted).
+        unsafe { weighted_columns::<L, 8>(scores, rows, c, out) };
         c += 8 * L::WIDTH;
     }
     while c < whole {
-        weighted_columns::<L, 1>(scores, rows, c, out);
+        // SAFETY: as above, c + WIDTH ≤ whole ≤ d.
+        unsafe { weighted_columns::<L, 1>(scores, rows, c, out) };
         c += L::WIDTH;
     }
     for (x, o) in out.iter_mut().enumerate().skip(whole) {
@@ -545,16 +547,18 @@ fn decode_head_on<L: Lanes>(query: &[f32], rows: &[(&[f32], &[f32])], scores: &m
 }
 
 /// `out[c..c + N·WIDTH] = Σ_j weights[j] · rows[j].1[c..c + N·WIDTH]`,
-/// `N` accumulators held in registers over the rows. The caller checked
-/// every value row and `out` hold at least `c + N·WIDTH` values.
+/// `N` accumulators held in registers over the rows.
+///
+/// SAFETY: every value row holds at least `c + N·WIDTH` values (checked
+/// once by the caller for all its calls, not per call here).
 #[inline(always)]
-fn weighted_columns<L: Lanes, const N: usize>(weights: &[f32], rows: &[(&[f32], &[f32])], c: usize, out: &mut [f32]) {
+unsafe fn weighted_columns<L: Lanes, const N: usize>(weights: &[f32], rows: &[(&[f32], &[f32])], c: usize, out: &mut [f32]) {
     assert!(out.len() >= c + N * L::WIDTH);
     let mut acc = [L::zero(); N];
     for (&w, (_, value)) in weights.iter().zip(rows) {
         let w = L::splat_value(w);
         for (i, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: c + N·WIDTH ≤ the row's length (the caller's check).
+            // SAFETY: c + N·WIDTH ≤ the row's length (the function's contract).
             *acc = acc.mul_add(w, unsafe { L::load(value.as_ptr().add(c + i * L::WIDTH)) });
         }
     }
