@@ -28,7 +28,18 @@ pub enum WorkerBuild {
 }
 
 impl WorkerBuild {
+    /// The build for this page, decided once: what the page starts, its
+    /// model card, the roofline readout and the widget all name the same
+    /// build, and a re-render does not validate the probe module again.
     pub fn detect() -> WorkerBuild {
+        thread_local! {
+            static DETECTED: std::cell::OnceCell<WorkerBuild> = const { std::cell::OnceCell::new() };
+        }
+        DETECTED.with(|detected| *detected.get_or_init(WorkerBuild::probe))
+    }
+
+    /// What this browser and page allow, read now.
+    fn probe() -> WorkerBuild {
         let global = js_sys::global();
         let get = |key: &str| js_sys::Reflect::get(&global, &key.into()).unwrap_or(JsValue::UNDEFINED);
         if !get("crossOriginIsolated").is_truthy() || get("SharedArrayBuffer").is_undefined() {
