@@ -1,13 +1,16 @@
 //! Card 8, serving with generation (note 06): the worker serves Poisson
 //! arrivals of the task prompts, each decoding an answer of a length drawn
 //! from the dataset's recorded outputs, under continuous batching with a
-//! K/V budget, once per rate × mixing policy; then the figures per run,
-//! the trade-off plot and the trade-off in words, and the note's figure
-//! (P chunks and D iterations per request) for the run picked. Owns the
+//! K/V budget, once per rate × mixing policy × layout (one instance,
+//! colocated replicas, or P/D separation with the K/V crossing as bytes);
+//! then the figures per run, the trade-off plot and the trade-off in
+//! words, P/D against colocated in words, and the note's figure (P chunks
+//! and D iterations per request) for the run picked. Owns the
 //! serve-generate jobs.
 
 use bench::decode_study::{
-    kv_timeline_svg, pd_timeline_svg, recorded_output_lengths, tradeoff_lines, tradeoff_svg, GenerationForm, GenerationRun,
+    kv_timeline_svg, pd_timeline_svg, recorded_output_lengths, separation_lines, tradeoff_lines, tradeoff_svg, GenerationForm,
+    GenerationRun,
 };
 use bench::report::format_ms;
 use leptos::prelude::*;
@@ -122,14 +125,21 @@ pub fn ServeGenerateCard() -> impl IntoView {
             <h2 id="gen-serve-h">"8 · Serving with generation (note 06)"</h2>
             <p class="note">
                 "Requests arrive at random (Poisson) with a task prompt cut to a length and an answer length drawn from the tokens per call "
-                "the dataset's runs produced (capped); the worker's one engine serves them an iteration at a time: every running sequence "
+                "the dataset's runs produced (capped); the worker's engine serves them an iteration at a time: every running sequence "
                 "decodes one token in one batched pass, and new prompts are prefilled either whole before any decode (prefill-first), only "
                 "once the running ones are done (decode-first), or in chunks beside the decodes within a token budget (chunked). K/V lives "
                 "in pages of 16 tokens under a budget; when it runs out the newest sequence is preempted and recomputed later."
             </p>
+            <p class="note">
+                "Layouts: single (one engine instance), replicas:N (N instances, arrivals dealt round-robin) or pd (one instance prefills "
+                "each prompt to its first token and hands the sequence, its K/V as bytes, to another that decodes the rest). Every instance "
+                "keeps a clock of its own that advances by the time its steps took on this worker, as serve-generate does natively: two "
+                "instances stand for two devices, not two threads of this one, and idle time is skipped rather than waited out."
+            </p>
             <div class="row">
                 {field("rates", "Rates (requests/s)", |f| f.rates.clone(), |f, v| f.rates = v)}
                 {field("mixings", "Mixing", |f| f.mixings.clone(), |f, v| f.mixings = v)}
+                {field("layouts", "Layouts", |f| f.layouts.clone(), |f, v| f.layouts = v)}
                 {field("duration", "Arrivals (s)", |f| f.duration_s.clone(), |f, v| f.duration_s = v)}
                 {field("warmup", "Warm-up (s)", |f| f.warmup_s.clone(), |f, v| f.warmup_s = v)}
             </div>
@@ -160,6 +170,7 @@ fn percentiles(p: Percentiles) -> String {
 fn ServedView(served: Served, shown: RwSignal<usize>) -> impl IntoView {
     let Served { checkpoint_id, precision, runs, cancelled } = served;
     let lines = tradeoff_lines(&runs);
+    let separation = separation_lines(&runs);
     let tradeoff = tradeoff_svg(&runs);
     let labels: Vec<String> = runs.iter().map(GenerationRun::label).collect();
     let timeline_runs = runs.clone();
@@ -183,7 +194,7 @@ fn ServedView(served: Served, shown: RwSignal<usize>) -> impl IntoView {
                             let s = &r.summary;
                             view! {
                                 <tr data-testid="gen-serve-row" data-served=s.served data-measured=s.measured>
-                                    <td>{r.label()}</td>
+                                    <td class="policy">{r.label()}</td>
                                     <td class="num">{format!("{} of {}", s.served, s.measured)}</td>
                                     <td class="num">{percentiles(s.ttft_ms)}</td>
                                     <td class="num">{percentiles(s.itl_ms)}</td>
@@ -199,6 +210,11 @@ fn ServedView(served: Served, shown: RwSignal<usize>) -> impl IntoView {
             </div>
             <ul class="note" data-testid="gen-serve-tradeoff">{lines.into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}</ul>
             <figure class="plot" data-testid="gen-serve-tradeoff-plot" inner_html=tradeoff></figure>
+            {(!separation.is_empty()).then(|| view! {
+                <ul class="note" data-testid="gen-serve-separation">
+                    {separation.into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}
+                </ul>
+            })}
             <label>"Timeline of "
                 <select data-testid="gen-serve-shown" on:change=move |ev| shown.set(event_target_value(&ev).parse().unwrap_or(0))>
                     {labels.into_iter().enumerate().map(|(i, l)| view! { <option value=i.to_string()>{l}</option> }).collect_view()}

@@ -966,7 +966,7 @@ test('the whole request: decide routes, the worker streams the answer, each boun
   await viewer.context().close();
 });
 
-test('serving with generation: a short mixed load runs in the worker per policy, and the page draws note 06\'s figure from it', async () => {
+test('serving with generation: a short mixed load runs in the worker per policy and layout, and the page draws note 06\'s figure from it', async () => {
   const page = await newPage(browser);
   await page.goto(`${server.url}router/#router`);
   await loadBundled(page);
@@ -983,6 +983,12 @@ test('serving with generation: a short mixed load runs in the worker per policy,
   await page.waitForFunction(() => /mixing: `chunked:0` is not a mixing/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''));
   assert.equal(await page.getByTestId('gen-serve-mixings').inputValue(), 'prefill-first, chunked:0');
   await fill('mixings', 'prefill-first, chunked:16');
+  // A layout that is not one is named too, and the form keeps it.
+  await fill('layouts', 'single, p/d');
+  await page.getByTestId('gen-serve-run').click();
+  await page.waitForFunction(() => /layouts: `p\/d` is not a layout/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''));
+  assert.equal(await page.getByTestId('gen-serve-layouts').inputValue(), 'single, p/d');
+  await fill('layouts', 'single, pd');
   await page.getByTestId('gen-serve-run').click();
   await page.getByTestId('gen-serve-stage').waitFor({ timeout: 60_000 });
   // Live: the running batch's K/V, by the formula and as allocated (note 03).
@@ -993,9 +999,17 @@ test('serving with generation: a short mixed load runs in the worker per policy,
   );
   await page.getByTestId('gen-serve-report').waitFor({ timeout: 300_000 });
   const rows = await page.locator('[data-testid=gen-serve-row]').evaluateAll((trs) => trs.map((r) => ({ served: Number(r.dataset.served), measured: Number(r.dataset.measured) })));
-  assert.equal(rows.length, 2);
+  // Each mixing on one instance, then P/D separated (the same load).
+  assert.equal(rows.length, 4);
   assert.ok(rows.every((r) => r.measured > 0 && r.served === r.measured), JSON.stringify(rows));
+  assert.equal(rows[1].measured, rows[0].measured);
   assert.match(await text(page, 'gen-serve-tradeoff'), /lowest ITL p95 was/);
+  // P/D in words: beside one instance, the hand-offs' bytes, each the calculator's payload for its prompt.
+  const separation = await text(page, 'gen-serve-separation');
+  assert.match(separation, /prefill-first: P\/D TTFT p95 \d+ ms.*; one instance TTFT p95/);
+  assert.match(separation, /\d+ hand-offs moved [\d.]+ MB of K\/V/);
+  const [, equal, handed] = separation.match(/(\d+) of (\d+) hand-offs equal/);
+  assert.ok(Number(handed) > 0 && equal === handed, separation);
   assert.equal(await page.locator('[data-testid=gen-serve-tradeoff-plot] svg').count(), 1);
   // The note's figure: prefill chunks and decode iterations, per request.
   const figure = async () => page.locator('[data-testid=gen-serve-timeline] svg').evaluate((svg) => ({
@@ -1013,11 +1027,17 @@ test('serving with generation: a short mixed load runs in the worker per policy,
   assert.ok(kv['max-payload'] > 0 && kv['max-payload'] <= kv['max-allocated'] && kv['max-allocated'] <= kv['max-counted'], JSON.stringify(kv));
   assert.ok(kv['max-counted'] <= kv.budget && kv['max-running'] >= 1, JSON.stringify(kv));
   assert.match(first.label, /prefill-first/);
-  await page.getByTestId('gen-serve-shown').selectOption('1');
+  await page.getByTestId('gen-serve-shown').selectOption('2');
   const second = await figure();
   assert.match(second.label, /chunked, 16 tokens an iteration/);
   // Chunks of 16 tokens: a 48-token prompt takes several prefill stretches or rides beside decodes.
   assert.ok(second.prefill >= second.requests, JSON.stringify(second));
+  // The P/D run's K/V over time counts both instances' budgets.
+  await page.getByTestId('gen-serve-shown').selectOption('1');
+  const separated = await figure();
+  assert.match(separated.label, /P\/D/);
+  const kvSeparated = await page.locator('[data-testid=gen-serve-kv] svg').getAttribute('data-budget');
+  assert.equal(Number(kvSeparated), 2 * kv.budget);
   await screenshot(page, 'router-serve-generate');
   await page.context().close();
 });

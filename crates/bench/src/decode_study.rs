@@ -121,12 +121,16 @@ pub fn recorded_output_lengths(results_csv: &str, cap: usize) -> Result<Vec<usiz
 }
 
 /// What a generating serving test asks for: the runs (each rate × each
-/// mixing) and what they share. The engine turns the K/V budget into pages
-/// by the checkpoint's formula.
+/// mixing × each layout) and what they share. The engine turns the K/V
+/// budget into pages by the checkpoint's formula; each instance of a
+/// layout has that budget.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerationPlan {
     pub rates: Vec<f64>,
     pub mixings: Vec<Mixing>,
+    /// One engine instance, colocated replicas or P/D separation.
+    #[serde(default = "single_layout")]
+    pub layouts: Vec<Layout>,
     pub memory: Memory,
     pub kv_budget_mib: f64,
     pub max_running: usize,
@@ -140,25 +144,39 @@ pub struct GenerationPlan {
     pub seed: u64,
 }
 
+fn single_layout() -> Vec<Layout> {
+    vec![one_instance()]
+}
+
+/// One run of a [`GenerationPlan`]: its load's rate, each instance's
+/// settings, and the instances.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlannedRun {
+    pub rate_per_s: f64,
+    pub settings: GenSettings,
+    pub layout: Layout,
+}
+
 impl GenerationPlan {
-    /// Every run's rate and settings, rates outermost; `budget_blocks` from the engine.
-    pub fn runs(&self, budget_blocks: usize) -> Vec<(f64, GenSettings)> {
-        self.rates
-            .iter()
-            .flat_map(|&rate| {
-                self.mixings.iter().map(move |&mixing| {
-                    let settings = GenSettings {
-                        batch: BatchSettings { budget_blocks, max_running: self.max_running, mixing, memory: self.memory },
-                        timeout_ms: self.timeout_s * 1000.0,
-                        warmup_ms: self.warmup_s * 1000.0,
-                        drain_ms: self.drain_s * 1000.0,
-                        ttft_slo_ms: self.ttft_slo_ms,
-                        tpot_slo_ms: self.tpot_slo_ms,
-                    };
-                    (rate, settings)
-                })
-            })
-            .collect()
+    /// Every run, rates outermost, then mixings, then layouts (so a P/D
+    /// run follows the colocated one it is read against); `budget_blocks`
+    /// from the engine.
+    pub fn runs(&self, budget_blocks: usize) -> Vec<PlannedRun> {
+        let mut runs = Vec::new();
+        for &rate_per_s in &self.rates {
+            for &mixing in &self.mixings {
+                let settings = GenSettings {
+                    batch: BatchSettings { budget_blocks, max_running: self.max_running, mixing, memory: self.memory },
+                    timeout_ms: self.timeout_s * 1000.0,
+                    warmup_ms: self.warmup_s * 1000.0,
+                    drain_ms: self.drain_s * 1000.0,
+                    ttft_slo_ms: self.ttft_slo_ms,
+                    tpot_slo_ms: self.tpot_slo_ms,
+                };
+                runs.extend(self.layouts.iter().map(|&layout| PlannedRun { rate_per_s, settings, layout }));
+            }
+        }
+        runs
     }
 
     /// Refuses a plan that cannot run, naming the field.
@@ -168,6 +186,12 @@ impl GenerationPlan {
         }
         if self.mixings.is_empty() {
             return Err("mixing: give at least one".into());
+        }
+        if self.layouts.is_empty() {
+            return Err("layouts: give at least one".into());
+        }
+        if let Some(Layout::Colocated { replicas }) = self.layouts.iter().find(|l| l.instances() > MOST_INSTANCES) {
+            return Err(format!("layouts: replicas:{replicas} is more instances than the {MOST_INSTANCES} a run may have"));
         }
         if !(self.duration_s > self.warmup_s && self.warmup_s >= 0.0) {
             return Err("duration: must be longer than the warm-up".into());
@@ -179,11 +203,18 @@ impl GenerationPlan {
     }
 }
 
+/// The most engine instances a run may have: each holds a K/V budget of
+/// its own, and every one of them runs on this machine.
+pub const MOST_INSTANCES: usize = 8;
+
 /// The page's form for a generating serving test, as typed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerationForm {
     pub rates: String,
     pub mixings: String,
+    /// Forms saved before layouts existed read as one instance.
+    #[serde(default = "single_layout_text")]
+    pub layouts: String,
     pub duration_s: String,
     pub warmup_s: String,
     pub max_prompt_tokens: String,
@@ -198,6 +229,7 @@ impl Default for GenerationForm {
         GenerationForm {
             rates: "1".into(),
             mixings: "prefill-first, decode-first, chunked:32".into(),
+            layouts: single_layout_text(),
             duration_s: "12".into(),
             warmup_s: "2".into(),
             max_prompt_tokens: "96".into(),
@@ -206,6 +238,10 @@ impl Default for GenerationForm {
             max_running: "8".into(),
         }
     }
+}
+
+fn single_layout_text() -> String {
+    "single".into()
 }
 
 impl GenerationForm {
@@ -217,10 +253,13 @@ impl GenerationForm {
         let rates = self.rates.split(',').map(|r| number::<f64>("rates", r)).collect::<Result<Vec<_>, _>>()?;
         let mixings =
             self.mixings.split(',').map(|m| Mixing::parse(m).map_err(|e| format!("mixing: {e}"))).collect::<Result<Vec<_>, _>>()?;
+        let layouts =
+            self.layouts.split(',').map(|l| Layout::parse(l).map_err(|e| format!("layouts: {e}"))).collect::<Result<Vec<_>, _>>()?;
         let duration_s: f64 = number("duration", &self.duration_s)?;
         let plan = GenerationPlan {
             rates,
             mixings,
+            layouts,
             memory: Memory::Recompute,
             kv_budget_mib: number("kv_budget_mib", &self.kv_budget_mib)?,
             max_running: number("max_running", &self.max_running)?,
@@ -609,6 +648,14 @@ pub fn separation_lines(runs: &[GenerationRun]) -> Vec<String> {
                 one(in_flight.p50),
                 one(in_flight.p95),
             ));
+            // Older runs recorded no payload to hold the bytes against.
+            if pd.transfers.iter().all(|t| t.payload_bytes > 0) {
+                let equal = pd.transfers.iter().filter(|t| t.bytes == t.payload_bytes).count();
+                lines.push(format!(
+                    "  Bytes moved against the kv calculator's payload for each prompt (Σ layers 2 × H_kv × d_head × 4 × retained(T)): {equal} of {} hand-offs equal.",
+                    pd.transfers.len()
+                ));
+            }
         }
     }
     lines
@@ -700,21 +747,57 @@ mod tests {
         }
     }
 
-    /// Both figures are well-formed XML of plot elements only (their
-    /// labels are numbers and policy names; the page mounts them as HTML).
     #[test]
     fn the_form_parses_or_names_its_field() {
         let (plan, cap) = GenerationForm::default().parse().unwrap();
         assert_eq!(plan.mixings, vec![Mixing::PrefillFirst, Mixing::DecodeFirst, Mixing::Chunked { token_budget: 32 }]);
         assert_eq!((plan.rates.clone(), cap), (vec![1.0], 32));
         assert_eq!(plan.runs(10).len(), 3);
+        let (plan, _) =
+            GenerationForm { layouts: "single, pd".into(), mixings: "chunked:16".into(), ..GenerationForm::default() }.parse().unwrap();
+        let layouts: Vec<Layout> = plan.runs(10).iter().map(|r| r.layout).collect();
+        assert_eq!(layouts, vec![Layout::Colocated { replicas: 1 }, Layout::Disaggregated]);
+        // A form saved before the layouts field reads as one instance.
+        let old: GenerationForm = serde_json::from_str(
+            r#"{"rates":"1","mixings":"chunked:8","duration_s":"4","warmup_s":"1","max_prompt_tokens":"32","max_new_cap":"8","kv_budget_mib":"8","max_running":"4"}"#,
+        )
+        .unwrap();
+        assert_eq!(old.parse().unwrap().0.layouts, vec![Layout::Colocated { replicas: 1 }]);
         let refused = |f: GenerationForm| f.parse().unwrap_err();
+        assert!(refused(GenerationForm { layouts: "single, p/d".into(), ..GenerationForm::default() }).starts_with("layouts:"));
+        assert!(refused(GenerationForm { layouts: "replicas:9".into(), ..GenerationForm::default() }).starts_with("layouts:"));
         assert!(refused(GenerationForm { rates: "1, fast".into(), ..GenerationForm::default() }).starts_with("rates:"));
         assert!(refused(GenerationForm { mixings: "chunked:0".into(), ..GenerationForm::default() }).starts_with("mixing:"));
         assert!(refused(GenerationForm { warmup_s: "20".into(), ..GenerationForm::default() }).starts_with("duration:"));
         assert!(refused(GenerationForm { max_new_cap: "0".into(), ..GenerationForm::default() }).starts_with("max_new_cap:"));
     }
 
+    /// P/D in words: beside the colocated run at the same rate and mixing,
+    /// its hand-offs, and the bytes held against the calculator's payload
+    /// (a parcel one byte off is not counted equal; older runs say nothing).
+    #[test]
+    fn separation_names_its_neighbours_and_checks_the_bytes() {
+        let single = run(1.0);
+        let transfer =
+            |id, bytes| Transfer { id, bytes, held_tokens: 5, sent_ms: 1.0, arrived_ms: 3.0, copy_ms: 2.0, payload_bytes: 1_000 };
+        let pd = GenerationRun {
+            layout: Layout::Disaggregated,
+            transfers: vec![transfer(0, 1_000), transfer(1, 1_001)],
+            busy_ms: vec![10.0, 20.0],
+            ..run(1.0)
+        };
+        let lines = separation_lines(&[single.clone(), pd.clone()]);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].contains(": P/D TTFT p95") && lines[0].contains("; one instance TTFT p95"), "{}", lines[0]);
+        assert!(lines[1].contains("2 hand-offs moved"), "{}", lines[1]);
+        assert!(lines[2].ends_with("1 of 2 hand-offs equal."), "{}", lines[2]);
+        let older = GenerationRun { transfers: pd.transfers.iter().map(|t| Transfer { payload_bytes: 0, ..t.clone() }).collect(), ..pd };
+        assert_eq!(separation_lines(&[single.clone(), older]).len(), 2);
+        assert!(separation_lines(&[single]).is_empty());
+    }
+
+    /// Both figures are well-formed XML of plot elements only (their
+    /// labels are numbers and policy names; the page mounts them as HTML).
     #[test]
     fn the_figures_hold_plot_elements_only() {
         let r = run(1.0);

@@ -218,6 +218,10 @@ impl serving::disaggregation::HandOff for RouterStepEngine<'_> {
         parcel.bytes.len() as u64
     }
 
+    fn payload_bytes(&self, held_tokens: usize) -> u64 {
+        payload_kv_bytes(&self.kv_shape, held_tokens)
+    }
+
     fn receive(&mut self, sequence: Generating, parcel: Self::Parcel) -> Result<Generating, String> {
         router::handoff::receive(&self.router.backbone, sequence.sequence, &parcel)
             .map(|received| Generating::new(received, self.kv_shape.clone()))

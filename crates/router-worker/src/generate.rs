@@ -14,7 +14,7 @@ use bench::report::{LatencyReport, NoStudies, Provenance};
 use router::generate::BLOCK_TOKENS;
 use router::sampling::SamplingParams;
 use router::Conversation;
-use serving::generation::{GenServer, GenStep};
+use serving::disaggregation::{Cluster, ClusterSettings, ClusterStep};
 use wire::desk::{Finished, JobTicket, Outcome};
 use wire::job::GenerationTick;
 use wire::{Deferred, JobProgress, JobResult};
@@ -72,11 +72,13 @@ impl RouterWorker {
 }
 
 impl RouterWorker {
-    /// Note 06's generating experiment: each run of the plan in real time
-    /// through `serving::generation::GenServer` on this worker's engine,
-    /// as `serve-generate` runs it natively. While the engine is idle the
-    /// worker awaits a timer (at most 50 ms at a time, so Cancel is read);
-    /// while it works it yields at most every 100 ms, posting a tick.
+    /// Note 06's generating experiment: each run of the plan through
+    /// `serving::disaggregation::Cluster` on this worker's engine, as
+    /// `serve-generate` runs it natively: each instance of the run's layout
+    /// on a clock of its own that advances by the time its steps took, so
+    /// idle time is skipped, not slept, and two instances stand for two
+    /// devices. The worker yields at most every 100 ms of real time,
+    /// posting a tick, so Cancel is read.
     pub(crate) async fn serve_generate(&self, ticket: &JobTicket, plan: Deferred<GenerationPlan>, output_lengths: Vec<usize>) -> Outcome {
         let plan = plan.decode()?;
         let loaded = self.loaded.borrow_mut().take().ok_or("no model is loaded yet")?;
@@ -87,7 +89,6 @@ impl RouterWorker {
 
     async fn serve_generate_with(&self, ticket: &JobTicket, loaded: &Loaded, plan: GenerationPlan, lengths: Vec<usize>) -> Outcome {
         const YIELD_EVERY_MS: f64 = 100.0;
-        const LONGEST_WAIT_MS: f64 = 50.0;
         plan.check()?;
         if lengths.is_empty() {
             return Err("no output lengths to draw from".into());
@@ -95,58 +96,49 @@ impl RouterWorker {
         let router = &loaded.router;
         let texts: Vec<String> = self.tasks.iter().map(|t| t.prompt.clone()).collect();
         let sampling = SamplingParams { temperature: 0.8, top_p: 0.95, ..SamplingParams::default() };
-        let mut engine = RouterStepEngine::new(router, &texts, plan.max_prompt_tokens, sampling)?;
+        let engine = RouterStepEngine::new(router, &texts, plan.max_prompt_tokens, sampling)?;
         let prompt_tokens: Vec<usize> = engine.prompts.iter().map(Vec::len).collect();
         let block_bytes = formula_bytes_per_token(&router.backbone.hparams) * BLOCK_TOKENS as u64;
         let budget_blocks = ((plan.kv_budget_mib * 1024.0 * 1024.0) as u64 / block_bytes.max(1)) as usize;
         let planned = plan.runs(budget_blocks);
         let mut runs = Vec::new();
         let mut cancelled = false;
-        for (index, (rate, settings)) in planned.iter().copied().enumerate() {
-            let requests = generation_requests(rate, plan.duration_s, plan.seed, &prompt_tokens, &lengths);
-            let mut server = GenServer::new(settings, requests, plan.duration_s * 1000.0);
-            let start = web_time::Instant::now();
-            let clock = move || start.elapsed().as_secs_f64() * 1000.0;
-            let tick = |server: &GenServer<RouterStepEngine<'_>>| {
-                let (running, waiting) = server.queue();
-                let progress = JobProgress::GenerationTick(GenerationTick {
-                    run: index,
-                    runs: planned.len(),
-                    t_ms: clock(),
-                    finished: server.records().len(),
-                    running,
-                    waiting,
-                    kv: server.running_kv_bytes(),
-                    counted_kv_bytes: server.blocks_in_use() as u64 * block_bytes,
-                    budget_kv_bytes: settings.batch.budget_blocks as u64 * block_bytes,
-                });
-                self.progress(ticket, progress);
-            };
+        for (index, run) in planned.iter().enumerate() {
+            let requests = generation_requests(run.rate_per_s, plan.duration_s, plan.seed, &prompt_tokens, &lengths);
+            // Every instance holds the same weights: the one loaded router serves them all.
+            let engines = (0..run.layout.instances()).map(|_| engine.clone()).collect();
+            let layout = ClusterSettings { layout: run.layout, link_gbit_per_s: None };
+            let mut cluster = Cluster::new(layout, run.settings, requests, plan.duration_s * 1000.0, engines)?;
+            let started = web_time::Instant::now();
+            let mut stopwatch = move || started.elapsed().as_secs_f64() * 1000.0;
+            let budget_kv_bytes = (run.settings.batch.budget_blocks * run.layout.instances()) as u64 * block_bytes;
             let mut last_yield = 0.0;
             loop {
                 if self.cancelled(ticket) {
                     cancelled = true;
-                    server.stop(clock());
+                    cluster.stop();
                     break;
                 }
-                match server.step(&mut engine, &mut { clock }) {
-                    GenStep::Worked => {
-                        if clock() - last_yield >= YIELD_EVERY_MS {
-                            tick(&server);
-                            gloo_timers::future::TimeoutFuture::new(0).await;
-                            last_yield = clock();
-                        }
-                    }
-                    GenStep::IdleUntil(t) => {
-                        tick(&server);
-                        let wait = (t - clock()).clamp(0.0, LONGEST_WAIT_MS);
-                        gloo_timers::future::TimeoutFuture::new(wait.ceil() as u32).await;
-                        last_yield = clock();
-                    }
-                    GenStep::Done => break,
+                let ClusterStep::Stepped { now_ms, .. } = cluster.step(&mut stopwatch) else { break };
+                if stopwatch() - last_yield >= YIELD_EVERY_MS {
+                    let (running, waiting) = cluster.queue();
+                    let tick = GenerationTick {
+                        run: index,
+                        runs: planned.len(),
+                        t_ms: now_ms,
+                        finished: cluster.finished(),
+                        running,
+                        waiting,
+                        kv: cluster.running_kv_bytes(),
+                        counted_kv_bytes: cluster.blocks_in_use() as u64 * block_bytes,
+                        budget_kv_bytes,
+                    };
+                    self.progress(ticket, JobProgress::GenerationTick(tick));
+                    gloo_timers::future::TimeoutFuture::new(0).await;
+                    last_yield = stopwatch();
                 }
             }
-            runs.push(GenerationRun::from_server(rate, settings, &server, block_bytes));
+            runs.push(GenerationRun::from_cluster(run.rate_per_s, &cluster, block_bytes));
             if cancelled {
                 break;
             }

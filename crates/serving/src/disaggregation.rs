@@ -24,6 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::batching::KvBytes;
 use crate::generation::{GenOutcome, GenRecord, GenRequest, GenServer, GenSettings, GenStep, Iteration, StepEngine};
 
 /// How the instances share a load.
@@ -73,6 +74,9 @@ pub trait HandOff: StepEngine {
     fn hand_off(&mut self, sequence: Self::Seq) -> Result<(Self::Seq, Self::Parcel), String>;
     /// The K/V bytes a parcel carries.
     fn parcel_bytes(parcel: &Self::Parcel) -> u64;
+    /// The calculator's payload for a sequence holding `held_tokens`: what
+    /// a parcel of them should weigh, recorded beside what it did.
+    fn payload_bytes(&self, held_tokens: usize) -> u64;
     /// Writes a parcel into this instance's pages under `sequence`.
     fn receive(&mut self, sequence: Self::Seq, parcel: Self::Parcel) -> Result<Self::Seq, String>;
 }
@@ -91,6 +95,9 @@ pub struct Transfer {
     pub arrived_ms: f64,
     /// Measured: out of the sender's pages as bytes, into the receiver's.
     pub copy_ms: f64,
+    /// The calculator's payload for the tokens held (0 in older runs).
+    #[serde(default)]
+    pub payload_bytes: u64,
 }
 
 /// The cluster's settings beyond each instance's.
@@ -218,6 +225,7 @@ impl<E: HandOff> Cluster<E> {
                 Ok((sequence, bytes)) => {
                     let wire_ms = self.settings.link_gbit_per_s.map_or(0.0, |gbit| bytes as f64 * 8.0 / (gbit * 1e6));
                     let arrived_ms = sent_ms + copy_ms + wire_ms;
+                    let payload_bytes = prefill.engine.payload_bytes(request.prompt_tokens);
                     self.transfers.push(Transfer {
                         id: request.id,
                         bytes,
@@ -225,6 +233,7 @@ impl<E: HandOff> Cluster<E> {
                         sent_ms,
                         arrived_ms,
                         copy_ms,
+                        payload_bytes,
                     });
                     decode.server.arrive(GenRequest { arrival_ms: arrived_ms, ..request }, sequence);
                     decode.ready = decode.ready.min(arrived_ms.max(decode.now));
@@ -303,6 +312,23 @@ impl<E: HandOff> Cluster<E> {
         self.instances.iter().map(|i| i.busy_ms).collect()
     }
 
+    /// The running sequences' K/V now, over every instance.
+    pub fn running_kv_bytes(&self) -> KvBytes {
+        self.instances.iter().map(|i| i.server.running_kv_bytes()).sum()
+    }
+
+    /// K/V blocks the running sequences hold now, over every instance.
+    pub fn blocks_in_use(&self) -> usize {
+        self.instances.iter().map(|i| i.server.blocks_in_use()).sum()
+    }
+
+    /// Requests that have ended for good so far: a hand-off is the first
+    /// half of a request, not an end.
+    pub fn finished(&self) -> usize {
+        let ended = |i: &Instance<E>| i.server.records().iter().filter(|r| r.outcome != GenOutcome::HandedOff).count();
+        self.instances.iter().map(ended).sum::<usize>() + self.lost.len()
+    }
+
     /// Requests running and waiting now, over every instance.
     pub fn queue(&self) -> (usize, usize) {
         self.instances.iter().map(|i| i.server.queue()).fold((0, 0), |(r, w), (a, b)| (r + a, w + b))
@@ -373,6 +399,9 @@ mod tests {
         fn parcel_bytes(parcel: &u64) -> u64 {
             *parcel
         }
+        fn payload_bytes(&self, held_tokens: usize) -> u64 {
+            held_tokens as u64 * 100
+        }
         fn receive(&mut self, sequence: CountingSeq, _: u64) -> Result<CountingSeq, String> {
             self.watch.set(self.watch.get() + 0.25);
             Ok(sequence)
@@ -440,6 +469,7 @@ mod tests {
                     let request = &requests[t.id as usize];
                     let record = &records[t.id as usize];
                     assert_eq!(t.bytes, request.prompt_tokens as u64 * 100);
+                    assert_eq!(t.payload_bytes, t.bytes);
                     assert!((t.copy_ms - 0.5).abs() < 1e-9);
                     assert!((t.arrived_ms - (t.sent_ms + 0.5 + t.bytes as f64 * 8.0 / 8e6)).abs() < 1e-9);
                     assert_eq!(record.first_token_ms, Some(t.sent_ms));
@@ -501,6 +531,7 @@ mod tests {
                 prop_assert!(guard < 200_000);
             }
             let records = cluster.records();
+            prop_assert_eq!(cluster.finished(), records.len());
             prop_assert_eq!(records.iter().map(|r| r.id).collect::<Vec<_>>(), (0..requests.len() as u64).collect::<Vec<_>>());
             for r in &records {
                 prop_assert!(r.outcome != GenOutcome::HandedOff);

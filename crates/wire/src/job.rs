@@ -400,9 +400,10 @@ pub enum JobProgress {
 }
 
 /// Where a generating serving test is: which run of how many, the
-/// milliseconds into it, its requests finished, running and waiting, and
-/// the running batch's K/V (note 03's payload against allocated bytes,
-/// live) beside what the scheduler counts of the budget.
+/// milliseconds into it (on the clock of the instance that stepped last),
+/// its requests finished, running and waiting, and the running batch's
+/// K/V (note 03's payload against allocated bytes, live) beside what the
+/// scheduler counts of the budget, every instance summed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GenerationTick {
     pub run: usize,

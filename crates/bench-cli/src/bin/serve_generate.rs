@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use bench::decode_study::{kv_timeline_svg, pd_timeline_svg, separation_lines, tradeoff_lines, tradeoff_svg, GenerationRun};
-use bench::generation::{formula_bytes_per_token, kv_shape, payload_kv_bytes, RouterStepEngine};
+use bench::generation::{formula_bytes_per_token, RouterStepEngine};
 use bench_cli::cli::{usage, Progress};
 use bench_cli::{LoadFlags, LoadRun, Loaded, RouterFlags};
 use clap::Parser;
@@ -169,15 +169,9 @@ fn run(args: Args) -> Result<()> {
         for line in separation_lines(&runs) {
             println!("{line}");
         }
-        // The bytes on the wire against the calculator's payload for each prompt.
-        let shape = kv_shape(h);
-        let off = transfers.iter().filter(|t| t.bytes != payload_kv_bytes(&shape, t.held_tokens)).count();
-        println!(
-            "Bytes moved against the kv calculator's payload for each prompt (Σ layers 2 × H_kv × d_head × 4 × retained(T)): {} of {} hand-offs equal{}.",
-            transfers.len() - off,
-            transfers.len(),
-            if args.link_gbit.is_none() { "; transfer time is the measured copy out of one instance's pages and into the other's (no link modelled)" } else { "" }
-        );
+        if args.link_gbit.is_none() {
+            println!("Transfer time is the measured copy out of one instance's pages and into the other's (no link modelled).");
+        }
     }
     if let Some(out) = &args.out {
         std::fs::write(out, serde_json::to_string(&runs)?).with_context(|| format!("--out {}", out.display()))?;
