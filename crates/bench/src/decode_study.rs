@@ -11,7 +11,7 @@ use serving::batching::{BatchSettings, Memory, Mixing};
 use serving::disaggregation::{Cluster, HandOff, Layout, Transfer};
 use serving::generation::{GenOutcome, GenRecord, GenSettings, GenSummary, Iteration};
 
-use crate::svg::{escape, plot_svg, PlotSeries};
+use crate::svg::{escape, plot_svg, step_points, PlotSeries};
 
 /// One generating run: its settings and everything it recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -434,25 +434,8 @@ pub fn kv_timeline_svg(run: &GenerationRun) -> Option<String> {
     let max_queue = samples.iter().map(|s| s.running + s.waiting).max().unwrap_or(0).max(1) as f64;
     let y_bytes = |b: f64| bytes_top + bytes_h * (1.0 - b / max_bytes);
     let y_queue = |n: f64| queue_top + queue_h * (1.0 - n / max_queue);
-    // A step line through the samples, one point a pixel column.
-    let step_line = |value: &dyn Fn(&KvSample) -> f64, y: &dyn Fn(f64) -> f64| {
-        let mut columns: Vec<(f64, f64)> = Vec::new();
-        for s in &samples {
-            let (px, v) = (x(s.t_ms).round(), value(s));
-            match columns.last_mut() {
-                Some(last) if last.0 == px => last.1 = last.1.max(v),
-                _ => columns.push((px, v)),
-            }
-        }
-        let mut points = Vec::with_capacity(2 * columns.len());
-        let mut last = 0.0;
-        for (px, v) in columns {
-            points.push(format!("{px:.0},{:.1}", y(last)));
-            points.push(format!("{px:.0},{:.1}", y(v)));
-            last = v;
-        }
-        points.join(" ")
-    };
+    let step_line =
+        |value: &dyn Fn(&KvSample) -> f64, y: &dyn Fn(f64) -> f64| step_points(samples.iter().map(|s| (x(s.t_ms), value(s))), y);
     let mib = |b: f64| b / (1024.0 * 1024.0);
     let label = escape(&run.label());
     let most = |f: &dyn Fn(&KvSample) -> u64| samples.iter().map(f).max().unwrap_or(0);

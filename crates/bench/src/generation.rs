@@ -39,6 +39,16 @@ pub fn payload_kv_bytes(shape: &kv::model::ModelShape, tokens: usize) -> u64 {
     shape.runs.iter().map(|run| run.count as u128 * run.elements_per_token() * 4 * run.retained(tokens as u64) as u128).sum::<u128>() as u64
 }
 
+/// The part of [`payload_kv_bytes`] for `held` tokens that the last `own`
+/// of them make up: a sequence continuing a shared prefix holds those in
+/// its own pages, the prefix's once in the cache. A layer's window keeps
+/// the last tokens, so its own share is `min(own, retained(held))`.
+pub fn own_payload_kv_bytes(shape: &kv::model::ModelShape, held: usize, own: usize) -> u64 {
+    let own = own.min(held) as u64;
+    shape.runs.iter().map(|run| run.count as u128 * run.elements_per_token() * 4 * run.retained(held as u64).min(own) as u128).sum::<u128>()
+        as u64
+}
+
 /// A generation in progress on `router`, stepped one token at a time.
 pub struct SingleGeneration {
     pub sequence: Sequence,
@@ -115,11 +125,6 @@ impl Generating {
     pub fn new(sequence: Sequence, kv_shape: Arc<kv::model::ModelShape>) -> Generating {
         Generating { sequence, kv_shape }
     }
-
-    /// A sequence on a backbone of these hyperparameters.
-    pub fn on(sequence: Sequence, h: &Hparams) -> Generating {
-        Generating::new(sequence, Arc::new(kv_shape(h)))
-    }
 }
 
 impl Work for Generating {
@@ -145,9 +150,11 @@ impl Work for Generating {
     fn preempt(&mut self) {
         self.sequence.preempt()
     }
+    /// Its own pages both ways: a shared prefix it reads is the cache's,
+    /// counted once there, not in every sequence that continues it.
     fn kv_bytes(&self) -> serving::batching::KvBytes {
         serving::batching::KvBytes {
-            payload: payload_kv_bytes(&self.kv_shape, self.sequence.held()),
+            payload: own_payload_kv_bytes(&self.kv_shape, self.sequence.held(), self.sequence.own_kv().len()),
             allocated: self.sequence.own_kv().allocated_kv_bytes(),
         }
     }
@@ -364,6 +371,27 @@ pub fn formula_bytes_per_token(h: &Hparams) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sequence's own share of the payload: every own token under full
+    /// attention, and under a window only the own tokens it keeps; with
+    /// nothing shared, the whole payload.
+    #[test]
+    fn own_payload_counts_only_the_tokens_in_own_pages() {
+        use kv::model::{LayerKind, LayerRun, ModelShape};
+        let run = |kind, count| LayerRun { kind, count, kv_heads: 1, head_dim: 2 };
+        let shape = ModelShape {
+            layers: 3,
+            kv_heads: 1,
+            head_dim: 2,
+            runs: vec![run(LayerKind::Full, 1), run(LayerKind::Sliding { window: 4 }, 2)],
+        };
+        // Per token and layer: K and V, 2 values, 4 bytes = 16 bytes.
+        assert_eq!(payload_kv_bytes(&shape, 10), 16 * (10 + 2 * 4));
+        assert_eq!(own_payload_kv_bytes(&shape, 10, 10), payload_kv_bytes(&shape, 10));
+        assert_eq!(own_payload_kv_bytes(&shape, 10, 3), 16 * (3 + 2 * 3));
+        assert_eq!(own_payload_kv_bytes(&shape, 10, 6), 16 * (6 + 2 * 4));
+        assert_eq!(own_payload_kv_bytes(&shape, 10, 0), 0);
+    }
 
     /// A trace names tasks by id (each sent once however often it
     /// arrives), writes one-turn conversations out, and may give an

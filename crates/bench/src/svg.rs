@@ -1,6 +1,7 @@
 //! SVG text shared by every figure the crate draws (the latency plot, the
 //! quality and serving figures): one escaper for element text and attribute
-//! values, and the scatter/line plot the quality and serving studies share.
+//! values, the scatter/line plot the quality and serving studies share, and
+//! the step line the queue and K/V-over-time figures draw.
 //!
 //! The page puts these strings into the DOM with `inner_html`, and their
 //! labels can come from a shared link or an imported report, so everything
@@ -22,6 +23,30 @@ pub fn escape(text: &str) -> String {
         }
     }
     out
+}
+
+/// A step line's points for `samples` (x in pixels, then the value a
+/// sample holds from then on), starting from zero: each sample rises or
+/// falls at its x. Samples that land in one pixel column are drawn as their
+/// largest value, so a long run's figure has a point a column, not one a
+/// sample, and no peak hides between two.
+pub fn step_points(samples: impl IntoIterator<Item = (f64, f64)>, y: impl Fn(f64) -> f64) -> String {
+    let mut columns: Vec<(f64, f64)> = Vec::new();
+    for (x, value) in samples {
+        let column = x.round();
+        match columns.last_mut() {
+            Some(last) if last.0 == column => last.1 = last.1.max(value),
+            _ => columns.push((column, value)),
+        }
+    }
+    let mut points = Vec::with_capacity(2 * columns.len());
+    let mut last = 0.0;
+    for (column, value) in columns {
+        points.push(format!("{column:.0},{:.1}", y(last)));
+        points.push(format!("{column:.0},{:.1}", y(value)));
+        last = value;
+    }
+    points.join(" ")
 }
 
 /// One series: a polyline through its points (or loose points), each
@@ -162,6 +187,16 @@ pub(crate) fn texts_and_values(svg: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A step a sample, from zero; samples in one pixel column merge to
+    /// their largest, the line going on from there.
+    #[test]
+    fn step_lines_keep_each_columns_peak() {
+        let y = |v: f64| 100.0 - v;
+        assert_eq!(step_points([(10.0, 3.0), (20.2, 1.0)], y), "10,100.0 10,97.0 20,97.0 20,99.0");
+        assert_eq!(step_points([(10.0, 1.0), (10.3, 5.0), (9.8, 2.0), (12.0, 0.0)], y), "10,100.0 10,95.0 12,95.0 12,100.0");
+        assert_eq!(step_points(std::iter::empty(), y), "");
+    }
 
     #[test]
     fn ticks_print_without_binary_noise() {

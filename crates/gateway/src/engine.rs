@@ -191,6 +191,9 @@ struct Client {
 /// with its sequence made, and each token chosen goes straight to its client.
 struct Streams<'a> {
     router: &'a Router,
+    /// The checkpoint's K/V shape in the calculator's terms, computed once
+    /// and shared by every sequence (its payload bytes).
+    kv_shape: Arc<kv::model::ModelShape>,
     started: Instant,
     clients: HashMap<u64, Client>,
 }
@@ -233,7 +236,8 @@ impl StepEngine for Streams<'_> {
 fn run(router: &Router, config: &EngineConfig, inbox: &Receiver<Submission>, metrics: &Mutex<Metrics>) {
     let started = Instant::now();
     let mut server: GenServer<Streams> = GenServer::open(config.gen, f64::INFINITY);
-    let mut streams = Streams { router, started, clients: HashMap::new() };
+    let kv_shape = Arc::new(bench::generation::kv_shape(&router.backbone.hparams));
+    let mut streams = Streams { router, kv_shape, started, clients: HashMap::new() };
     let mut last = GenStep::IdleUntil(f64::INFINITY);
     let mut counters = Metrics::new(config.gen.batch.budget_blocks);
     loop {
@@ -338,7 +342,7 @@ fn admit(
     counters: &mut Metrics,
 ) {
     let Submission { id, checked, auto, received, reply } = submission;
-    let made = prepare(router, config, &checked, auto);
+    let made = prepare(router, &streams.kv_shape, config, &checked, auto);
     let (sequence, routed, decide_ms) = match made {
         Ok(made) => made,
         Err(e) => {
@@ -362,7 +366,13 @@ fn admit(
 
 type Prepared = (Generating, Option<Routed>, Option<f64>);
 
-fn prepare(router: &Router, config: &EngineConfig, checked: &Checked, auto: bool) -> Result<Prepared, ApiError> {
+fn prepare(
+    router: &Router,
+    kv_shape: &Arc<kv::model::ModelShape>,
+    config: &EngineConfig,
+    checked: &Checked,
+    auto: bool,
+) -> Result<Prepared, ApiError> {
     let (routed, decide_ms) = match (&config.routing, auto) {
         (Some(mode), true) => {
             let started = Instant::now();
@@ -384,7 +394,7 @@ fn prepare(router: &Router, config: &EngineConfig, checked: &Checked, auto: bool
         params.max_new_tokens = params.max_new_tokens.min(context.saturating_sub(prompt.len()).max(1));
     }
     let sequence = Sequence::new(&router.backbone, prompt, KvState::default(), params)
-        .map(|sequence| Generating::on(sequence, &router.backbone.hparams))
+        .map(|sequence| Generating::new(sequence, kv_shape.clone()))
         .map_err(|e| refusal(&e, checked.max_tokens_field))?;
     let budget = config.gen.batch.budget_blocks;
     let needed = sequence.blocks_at_most();

@@ -4,7 +4,7 @@
 //! time apart, as in the note's figure) and its queue over time.
 
 use super::ServeStudy;
-use crate::svg::{escape, plot_svg, PlotSeries};
+use crate::svg::{escape, plot_svg, step_points, PlotSeries};
 use serving::{LengthClass, Outcome, Policy, QueueSample, ServeRun, KNEE_SHARE};
 
 /// Served-within-SLO throughput, decisions and arrivals per second against
@@ -181,16 +181,7 @@ pub fn queue_svg(samples: &[QueueSample], end_ms: f64, label: &str) -> String {
     let max = samples.iter().map(|s| s.in_system).max().unwrap_or(0).max(1) as f64;
     let x = |t: f64| L + (W - L - R) * t / end;
     let y = |n: f64| h - bottom - (h - top - bottom) * n / max;
-    let step_line = |value: &dyn Fn(&QueueSample) -> usize| {
-        let mut points = Vec::new();
-        let mut last = 0.0;
-        for s in samples {
-            points.push(format!("{:.1},{:.1}", x(s.t_ms), y(last)));
-            last = value(s) as f64;
-            points.push(format!("{:.1},{:.1}", x(s.t_ms), y(last)));
-        }
-        points.join(" ")
-    };
+    let step_line = |value: &dyn Fn(&QueueSample) -> usize| step_points(samples.iter().map(|s| (x(s.t_ms), value(s) as f64)), y);
     format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" role="img" class="serve-queue" aria-label="Queue: {0}"><title>Queue: {0}</title><line class="grid" x1="{L}" x2="{1:.1}" y1="{2:.1}" y2="{2:.1}"/><text class="tick" x="{3}" y="{2:.1}" text-anchor="end">0</text><text class="tick" x="{3}" y="{4:.1}" text-anchor="end" dominant-baseline="hanging">{5}</text><text class="tick" x="{1:.1}" y="{6:.1}" text-anchor="end">{7:.1} s</text><polyline class="in-system" fill="none" points="{8}"/><polyline class="waiting" fill="none" points="{9}"/><text class="legend" x="{L}" y="{6:.1}">in the system (green), of them waiting (blue)</text></svg>"#,
         escape(label),
