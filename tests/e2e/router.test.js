@@ -738,7 +738,7 @@ test('prefix reuse: a longer decide reuses the held prefix, and the note-04 prot
   await page.context().close();
 });
 
-test('Gemma 3 on request: never fetched unasked, then loaded and ranked like the native CLI (scores within 1e-5)', async () => {
+test('Gemma 3 on request: never fetched unasked, then loaded, ranked like the native CLI (scores within 1e-5) and generating its greedy tokens', async () => {
   const gemma = MANIFEST.models.find((m) => m.on_request);
   assert.ok(gemma, 'the manifest offers a checkpoint on request');
   const cases = join(root, 'tests/e2e/fixtures/same-answers.json');
@@ -793,6 +793,22 @@ test('Gemma 3 on request: never fetched unasked, then loaded and ranked like the
       assert.ok(Math.abs(r.score - nativeRanking[j].score) <= 1e-5, `conversation ${i + 1}, ${r.id}: ${r.score} vs ${nativeRanking[j].score}`);
     }
   }
+  // Generation on the second architecture: greedy in the worker gives the
+  // native engine's tokens (which crates/router/tests/generate.rs holds to
+  // llama.cpp's), f32 on both sides.
+  const prompt = 'Explain what a KV cache is, in two sentences.';
+  await page.getByTestId('gen-prompt').fill(prompt);
+  await page.getByTestId('gen-max_new_tokens').fill('32');
+  await page.getByTestId('gen-run').click();
+  await page.getByTestId('gen-summary').waitFor({ timeout: 180_000 });
+  const ids = (await page.getByTestId('gen-summary').getAttribute('data-ids')).split(',').filter(Boolean).map(Number);
+  const nativeGeneration = JSON.parse(execFileSync('cargo', ['run', '--quiet', '-p', 'bench-cli', '--bin', 'router-generate', '--', '--checkpoint', `assets/${gemma.file.split('/').pop()}`, '--prompt', prompt, '--max-new-tokens', '32', '--precision', 'f32', '--json'], {
+    cwd: root, encoding: 'utf8', maxBuffer: 1 << 24,
+  }));
+  const parted = ids.findIndex((id, i) => id !== nativeGeneration.tokens[i]);
+  console.log(`Gemma 3 generate: the browser's greedy tokens equal the native engine's for ${parted === -1 ? ids.length : parted} of ${nativeGeneration.tokens.length}`);
+  assert.equal(ids.length, 32);
+  assert.deepEqual(ids, nativeGeneration.tokens);
   await screenshot(page, 'router-gemma3');
   await page.context().close();
 });
