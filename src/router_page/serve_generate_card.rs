@@ -134,7 +134,8 @@ pub fn ServeGenerateCard() -> impl IntoView {
                 "Layouts: single (one engine instance), replicas:N (N instances, arrivals dealt round-robin) or pd (one instance prefills "
                 "each prompt to its first token and hands the sequence, its K/V as bytes, to another that decodes the rest). Every instance "
                 "keeps a clock of its own that advances by the time its steps took on this worker, as serve-generate does natively: two "
-                "instances stand for two devices, not two threads of this one, and idle time is skipped rather than waited out."
+                "instances stand for two devices, not two threads of this one, and idle time is skipped rather than waited out. A hand-off "
+                "takes the measured copy out of one instance's pages and into the other's, plus its bytes at the link's rate when one is given."
             </p>
             <div class="row">
                 {field("rates", "Rates (requests/s)", |f| f.rates.clone(), |f, v| f.rates = v)}
@@ -148,6 +149,7 @@ pub fn ServeGenerateCard() -> impl IntoView {
                 {field("cap", "Answer tokens (cap)", |f| f.max_new_cap.clone(), |f, v| f.max_new_cap = v)}
                 {field("budget", "K/V budget (MiB)", |f| f.kv_budget_mib.clone(), |f, v| f.kv_budget_mib = v)}
                 {field("running", "Most running", |f| f.max_running.clone(), |f, v| f.max_running = v)}
+                {field("link", "P/D link (Gbit/s, empty: none)", |f| f.link_gbit.clone(), |f, v| f.link_gbit = v)}
             </div>
             <NeedsModel/>
             <button type="button" data-testid="gen-serve-run"

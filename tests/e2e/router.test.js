@@ -1005,6 +1005,8 @@ test('serving with generation: a short mixed load runs in the worker per policy 
   await page.waitForFunction(() => /layouts: `p\/d` is not a layout/.test(document.querySelector('[data-testid=router-alert]')?.textContent ?? ''));
   assert.equal(await page.getByTestId('gen-serve-layouts').inputValue(), 'single, p/d');
   await fill('layouts', 'single, pd');
+  // A link between the P/D instances adds its time for each hand-off's bytes.
+  await fill('link', '10');
   await page.getByTestId('gen-serve-run').click();
   await page.getByTestId('gen-serve-stage').waitFor({ timeout: 60_000 });
   // Live: the running batch's K/V, by the formula and as allocated (note 03).
@@ -1024,6 +1026,7 @@ test('serving with generation: a short mixed load runs in the worker per policy 
   const separation = await text(page, 'gen-serve-separation');
   assert.match(separation, /prefill-first: P\/D TTFT p95 \d+ ms.*; one instance TTFT p95/);
   assert.match(separation, /\d+ hand-offs moved [\d.]+ MB of K\/V/);
+  assert.match(separation, /plus the bytes at a link of 10 Gbit\/s/);
   const [, equal, handed] = separation.match(/(\d+) of (\d+) hand-offs equal/);
   assert.ok(Number(handed) > 0 && equal === handed, separation);
   assert.equal(await page.locator('[data-testid=gen-serve-tradeoff-plot] svg').count(), 1);

@@ -221,6 +221,7 @@ impl ClientRun {
             busy_ms: Vec::new(),
             // An endpoint's K/V is its own business, as its batching is.
             kv_block_bytes: 0,
+            link_gbit_per_s: None,
         };
         ClientRun { endpoint, model, run, requests, decomposition }
     }

@@ -35,6 +35,10 @@ pub struct GenerationRun {
     /// tokens); 0 in older runs, which recorded no K/V over time.
     #[serde(default)]
     pub kv_block_bytes: u64,
+    /// The link between P/D instances whose time was added to each
+    /// hand-off, Gbit/s (none: the measured copy alone).
+    #[serde(default)]
+    pub link_gbit_per_s: Option<f64>,
 }
 
 fn one_instance() -> Layout {
@@ -60,6 +64,7 @@ impl GenerationRun {
             transfers: Vec::new(),
             busy_ms: Vec::new(),
             kv_block_bytes,
+            link_gbit_per_s: None,
         }
     }
 
@@ -77,6 +82,7 @@ impl GenerationRun {
             transfers: cluster.transfers().to_vec(),
             busy_ms: cluster.busy_ms(),
             kv_block_bytes,
+            link_gbit_per_s: cluster.settings().link_gbit_per_s,
         }
     }
 
@@ -131,6 +137,10 @@ pub struct GenerationPlan {
     /// One engine instance, colocated replicas or P/D separation.
     #[serde(default = "single_layout")]
     pub layouts: Vec<Layout>,
+    /// A link between P/D instances, Gbit/s: its time for each hand-off's
+    /// bytes is added to the measured copy (none: the copy alone).
+    #[serde(default)]
+    pub link_gbit_per_s: Option<f64>,
     pub memory: Memory,
     pub kv_budget_mib: f64,
     pub max_running: usize,
@@ -190,6 +200,9 @@ impl GenerationPlan {
         if self.layouts.is_empty() {
             return Err("layouts: give at least one".into());
         }
+        if let Some(bad) = self.link_gbit_per_s.filter(|g| !(g.is_finite() && *g > 0.0)) {
+            return Err(format!("link_gbit: {bad} is not a positive rate; leave it empty for no link"));
+        }
         if let Some(Layout::Colocated { replicas }) = self.layouts.iter().find(|l| l.instances() > MOST_INSTANCES) {
             return Err(format!("layouts: replicas:{replicas} is more instances than the {MOST_INSTANCES} a run may have"));
         }
@@ -215,6 +228,9 @@ pub struct GenerationForm {
     /// Forms saved before layouts existed read as one instance.
     #[serde(default = "single_layout_text")]
     pub layouts: String,
+    /// Empty: no link between P/D instances.
+    #[serde(default)]
+    pub link_gbit: String,
     pub duration_s: String,
     pub warmup_s: String,
     pub max_prompt_tokens: String,
@@ -230,6 +246,7 @@ impl Default for GenerationForm {
             rates: "1".into(),
             mixings: "prefill-first, decode-first, chunked:32".into(),
             layouts: single_layout_text(),
+            link_gbit: String::new(),
             duration_s: "12".into(),
             warmup_s: "2".into(),
             max_prompt_tokens: "96".into(),
@@ -255,11 +272,16 @@ impl GenerationForm {
             self.mixings.split(',').map(|m| Mixing::parse(m).map_err(|e| format!("mixing: {e}"))).collect::<Result<Vec<_>, _>>()?;
         let layouts =
             self.layouts.split(',').map(|l| Layout::parse(l).map_err(|e| format!("layouts: {e}"))).collect::<Result<Vec<_>, _>>()?;
+        let link_gbit_per_s = match self.link_gbit.trim() {
+            "" => None,
+            text => Some(number::<f64>("link_gbit", text)?),
+        };
         let duration_s: f64 = number("duration", &self.duration_s)?;
         let plan = GenerationPlan {
             rates,
             mixings,
             layouts,
+            link_gbit_per_s,
             memory: Memory::Recompute,
             kv_budget_mib: number("kv_budget_mib", &self.kv_budget_mib)?,
             max_running: number("max_running", &self.max_running)?,
@@ -631,6 +653,12 @@ pub fn separation_lines(runs: &[GenerationRun]) -> Vec<String> {
                 one(in_flight.p50),
                 one(in_flight.p95),
             ));
+            lines.push(match pd.link_gbit_per_s {
+                Some(gbit) => format!(
+                    "  Transfer time is the measured copy out of one instance's pages and into the other's, plus the bytes at a link of {gbit} Gbit/s."
+                ),
+                None => "  Transfer time is the measured copy out of one instance's pages and into the other's (no link modelled).".into(),
+            });
             // Older runs recorded no payload to hold the bytes against.
             if pd.transfers.iter().all(|t| t.payload_bytes > 0) {
                 let equal = pd.transfers.iter().filter(|t| t.bytes == t.payload_bytes).count();
@@ -727,6 +755,7 @@ mod tests {
             transfers: Vec::new(),
             busy_ms: Vec::new(),
             kv_block_bytes: 400,
+            link_gbit_per_s: None,
         }
     }
 
@@ -749,6 +778,10 @@ mod tests {
         let refused = |f: GenerationForm| f.parse().unwrap_err();
         assert!(refused(GenerationForm { layouts: "single, p/d".into(), ..GenerationForm::default() }).starts_with("layouts:"));
         assert!(refused(GenerationForm { layouts: "replicas:9".into(), ..GenerationForm::default() }).starts_with("layouts:"));
+        assert!(refused(GenerationForm { link_gbit: "0".into(), ..GenerationForm::default() }).starts_with("link_gbit:"));
+        assert!(refused(GenerationForm { link_gbit: "fast".into(), ..GenerationForm::default() }).starts_with("link_gbit:"));
+        let linked = GenerationForm { link_gbit: " 10 ".into(), ..GenerationForm::default() }.parse().unwrap().0;
+        assert_eq!(linked.link_gbit_per_s, Some(10.0));
         assert!(refused(GenerationForm { rates: "1, fast".into(), ..GenerationForm::default() }).starts_with("rates:"));
         assert!(refused(GenerationForm { mixings: "chunked:0".into(), ..GenerationForm::default() }).starts_with("mixing:"));
         assert!(refused(GenerationForm { warmup_s: "20".into(), ..GenerationForm::default() }).starts_with("duration:"));
@@ -770,12 +803,15 @@ mod tests {
             ..run(1.0)
         };
         let lines = separation_lines(&[single.clone(), pd.clone()]);
-        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines.len(), 4, "{lines:?}");
         assert!(lines[0].contains(": P/D TTFT p95") && lines[0].contains("; one instance TTFT p95"), "{}", lines[0]);
         assert!(lines[1].contains("2 hand-offs moved"), "{}", lines[1]);
-        assert!(lines[2].ends_with("1 of 2 hand-offs equal."), "{}", lines[2]);
+        assert!(lines[2].ends_with("(no link modelled)."), "{}", lines[2]);
+        assert!(lines[3].ends_with("1 of 2 hand-offs equal."), "{}", lines[3]);
+        let linked = separation_lines(&[single.clone(), GenerationRun { link_gbit_per_s: Some(8.0), ..pd.clone() }]);
+        assert!(linked[2].ends_with("a link of 8 Gbit/s."), "{}", linked[2]);
         let older = GenerationRun { transfers: pd.transfers.iter().map(|t| Transfer { payload_bytes: 0, ..t.clone() }).collect(), ..pd };
-        assert_eq!(separation_lines(&[single.clone(), older]).len(), 2);
+        assert_eq!(separation_lines(&[single.clone(), older]).len(), 3);
         assert!(separation_lines(&[single]).is_empty());
     }
 

@@ -107,7 +107,7 @@ impl RouterWorker {
             let requests = generation_requests(run.rate_per_s, plan.duration_s, plan.seed, &prompt_tokens, &lengths);
             // Every instance holds the same weights: the one loaded router serves them all.
             let engines = (0..run.layout.instances()).map(|_| engine.clone()).collect();
-            let layout = ClusterSettings { layout: run.layout, link_gbit_per_s: None };
+            let layout = ClusterSettings { layout: run.layout, link_gbit_per_s: plan.link_gbit_per_s };
             let mut cluster = Cluster::new(layout, run.settings, requests, plan.duration_s * 1000.0, engines)?;
             let started = web_time::Instant::now();
             let mut stopwatch = move || started.elapsed().as_secs_f64() * 1000.0;

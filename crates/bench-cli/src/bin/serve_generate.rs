@@ -169,9 +169,6 @@ fn run(args: Args) -> Result<()> {
         for line in separation_lines(&runs) {
             println!("{line}");
         }
-        if args.link_gbit.is_none() {
-            println!("Transfer time is the measured copy out of one instance's pages and into the other's (no link modelled).");
-        }
     }
     if let Some(out) = &args.out {
         std::fs::write(out, serde_json::to_string(&runs)?).with_context(|| format!("--out {}", out.display()))?;
