@@ -1036,6 +1036,7 @@ test('serving with generation: a short mixed load runs in the worker per policy 
     prefill: svg.querySelectorAll('rect.prefill').length,
     decode: svg.querySelectorAll('rect.decode').length,
     requests: svg.querySelectorAll('rect.wait').length,
+    transfers: svg.querySelectorAll('rect.transfer').length,
   }));
   const first = await figure();
   assert.ok(first.prefill > 0 && first.decode > 0 && first.requests >= rows[0].measured, JSON.stringify(first));
@@ -1055,6 +1056,9 @@ test('serving with generation: a short mixed load runs in the worker per policy 
   await page.getByTestId('gen-serve-shown').selectOption('1');
   const separated = await figure();
   assert.match(separated.label, /P\/D/);
+  // Each hand-off drawn on its request's row, from its first token to when the decode instance could take it.
+  assert.equal(separated.transfers, Number(handed), JSON.stringify(separated));
+  assert.equal(first.transfers, 0);
   const kvSeparated = await page.locator('[data-testid=gen-serve-kv] svg').getAttribute('data-budget');
   assert.equal(Number(kvSeparated), 2 * kv.budget);
   await screenshot(page, 'router-serve-generate');

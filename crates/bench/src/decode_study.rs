@@ -333,7 +333,9 @@ fn stretches(iterations: &[Iteration], id: u64) -> Vec<Stretch> {
 /// Note 06's figure from a real run: a row per request (arrival order),
 /// waiting from arrival to its first iteration (light), its prefill chunks
 /// (P) and decode iterations (D) in their colours, on one time axis; a
-/// request that ended unserved is marked by its outcome.
+/// request that ended unserved is marked by its outcome. Under P/D
+/// separation, each hand-off is drawn from its first token to when the
+/// decode instance could admit it (the K/V crossing).
 pub fn pd_timeline_svg(run: &GenerationRun) -> String {
     let mut records: Vec<&GenRecord> = run.records.iter().collect();
     records.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
@@ -384,11 +386,28 @@ pub fn pd_timeline_svg(run: &GenerationRun) -> String {
                 s.end
             ));
         }
+        // Over the bars beside it, so a hand-off of a millisecond still shows.
+        if let Some(t) = run.transfers.iter().find(|t| t.id == r.id) {
+            out.push_str(&format!(
+                r#"<rect class="transfer" data-id="{}" x="{:.1}" y="{y:.1}" width="{:.2}" height="{:.1}"><title>#{} K/V hand-off: {:.2} MB, copied out and in in {:.1} ms, admissible {:.1} ms after its first token</title></rect>"#,
+                t.id,
+                x(t.sent_ms),
+                (x(t.arrived_ms) - x(t.sent_ms)).max(1.0),
+                bar * 0.8,
+                t.id,
+                t.bytes as f64 / 1e6,
+                t.copy_ms,
+                t.arrived_ms - t.sent_ms,
+            ));
+        }
     }
-    out.push_str(&format!(
-        r#"<text class="legend" x="{L}" y="{:.1}">a row per request: waiting (light), prefill chunks P (orange), decode iterations D (blue)</text></svg>"#,
-        h - 4.0
-    ));
+    // The legend fits the figure's width with the hand-offs' key only in shorter words.
+    let legend = if run.transfers.is_empty() {
+        "a row per request: waiting (light), prefill chunks P (orange), decode iterations D (blue)"
+    } else {
+        "a row per request: waiting (light), prefill P (orange), decode D (blue), K/V hand-off (dark)"
+    };
+    out.push_str(&format!(r#"<text class="legend" x="{L}" y="{:.1}">{legend}</text></svg>"#, h - 4.0));
     out
 }
 
@@ -802,6 +821,9 @@ mod tests {
             busy_ms: vec![10.0, 20.0],
             ..run(1.0)
         };
+        let figure = pd_timeline_svg(&pd);
+        assert_eq!(figure.matches(r#"<rect class="transfer""#).count(), 1, "one request has one hand-off drawn: {figure}");
+        assert!(figure.contains("K/V hand-off (dark)") && !pd_timeline_svg(&single).contains("hand-off"));
         let lines = separation_lines(&[single.clone(), pd.clone()]);
         assert_eq!(lines.len(), 4, "{lines:?}");
         assert!(lines[0].contains(": P/D TTFT p95") && lines[0].contains("; one instance TTFT p95"), "{}", lines[0]);
