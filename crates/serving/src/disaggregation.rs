@@ -529,7 +529,13 @@ mod tests {
             while cluster.step(&mut || watch.get()) != ClusterStep::Done {
                 guard += 1;
                 prop_assert!(guard < 200_000);
+                // What the page's live line sums over the instances: within
+                // their budgets, the payload within the pages allocated.
+                prop_assert!(cluster.blocks_in_use() <= layout.instances() * budget_blocks);
+                let kv = cluster.running_kv_bytes();
+                prop_assert!(kv.payload <= kv.allocated, "{kv:?}");
             }
+            prop_assert_eq!(cluster.blocks_in_use(), 0);
             let records = cluster.records();
             prop_assert_eq!(cluster.finished(), records.len());
             prop_assert_eq!(records.iter().map(|r| r.id).collect::<Vec<_>>(), (0..requests.len() as u64).collect::<Vec<_>>());
