@@ -113,7 +113,7 @@ pub fn ServeGenerateCard() -> impl IntoView {
                     bytes_label(t.kv.allocated as f64),
                     bytes_label(t.counted_kv_bytes as f64),
                     bytes_label(t.budget_kv_bytes as f64),
-                )
+                ) + &by_instance(&t)
             });
             let (value, max) = state.tick.get().map_or((0.0, 1.0), |t| (t.run as f64, t.runs as f64));
             view! { <JobProgressLine id="gen-serve" label="Serving test with generation progress" value=value max=max text=text/> }
@@ -160,6 +160,21 @@ pub fn ServeGenerateCard() -> impl IntoView {
             {move || state.served.get().map(|served| view! { <ServedView served=served shown=state.shown/> })}
         </section>
     }
+}
+
+/// Where the requests are when there is more than one instance: "· prefill:
+/// 1 running, 4 waiting; decode: 6 running, 0 waiting".
+fn by_instance(tick: &GenerationTick) -> String {
+    if tick.instances.len() < 2 {
+        return String::new();
+    }
+    let each: Vec<String> = tick
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(i, q)| format!("{}: {} running, {} waiting", tick.layout.role(i), q.running, q.waiting))
+        .collect();
+    format!(" · {}", each.join("; "))
 }
 
 /// p50 / p95 / p99; "unserved" where the percentile falls on a request never served.

@@ -1015,6 +1015,12 @@ test('serving with generation: a short mixed load runs in the worker per policy 
     null,
     { timeout: 120_000 },
   );
+  // Live in a P/D run: where the requests are, instance by instance.
+  await page.waitForFunction(
+    () => /prefill: \d+ running, \d+ waiting; decode: \d+ running, \d+ waiting/.test(document.querySelector('[data-testid=gen-serve-stage]')?.textContent ?? ''),
+    null,
+    { timeout: 120_000 },
+  );
   await page.getByTestId('gen-serve-report').waitFor({ timeout: 300_000 });
   const rows = await page.locator('[data-testid=gen-serve-row]').evaluateAll((trs) => trs.map((r) => ({ served: Number(r.dataset.served), measured: Number(r.dataset.measured) })));
   // Each mixing on one instance, then P/D separated (the same load).

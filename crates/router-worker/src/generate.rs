@@ -129,6 +129,8 @@ impl RouterWorker {
                         finished: cluster.finished(),
                         running,
                         waiting,
+                        layout: run.layout,
+                        instances: cluster.queues(),
                         kv: cluster.running_kv_bytes(),
                         counted_kv_bytes: cluster.blocks_in_use() as u64 * block_bytes,
                         budget_kv_bytes,

@@ -57,6 +57,16 @@ impl Layout {
         }
     }
 
+    /// What instance `index` of this layout does, in a few words.
+    pub fn role(self, index: usize) -> String {
+        match self {
+            Layout::Colocated { replicas: 1 } => "the instance".into(),
+            Layout::Colocated { .. } => format!("replica {}", index + 1),
+            Layout::Disaggregated if index == 0 => "prefill".into(),
+            Layout::Disaggregated => "decode".into(),
+        }
+    }
+
     pub fn label(self) -> String {
         match self {
             Layout::Colocated { replicas: 1 } => "one instance".into(),
@@ -98,6 +108,14 @@ pub struct Transfer {
     /// The calculator's payload for the tokens held (0 in older runs).
     #[serde(default)]
     pub payload_bytes: u64,
+}
+
+/// One instance's requests now: running, and admitted or arrived but
+/// waiting (a decode instance's waiting are hand-offs it has not taken).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceQueue {
+    pub running: usize,
+    pub waiting: usize,
 }
 
 /// The cluster's settings beyond each instance's.
@@ -334,6 +352,18 @@ impl<E: HandOff> Cluster<E> {
         self.instances.iter().map(|i| i.server.queue()).fold((0, 0), |(r, w), (a, b)| (r + a, w + b))
     }
 
+    /// Requests running and waiting now, instance by instance (the
+    /// layout's order: the prefill instance first when disaggregated).
+    pub fn queues(&self) -> Vec<InstanceQueue> {
+        self.instances
+            .iter()
+            .map(|i| {
+                let (running, waiting) = i.server.queue();
+                InstanceQueue { running, waiting }
+            })
+            .collect()
+    }
+
     pub fn gen_settings(&self) -> GenSettings {
         self.gen
     }
@@ -536,6 +566,7 @@ mod tests {
                 prop_assert!(kv.payload <= kv.allocated, "{kv:?}");
             }
             prop_assert_eq!(cluster.blocks_in_use(), 0);
+            prop_assert_eq!(cluster.queues(), vec![InstanceQueue::default(); layout.instances()]);
             let records = cluster.records();
             prop_assert_eq!(cluster.finished(), records.len());
             prop_assert_eq!(records.iter().map(|r| r.id).collect::<Vec<_>>(), (0..requests.len() as u64).collect::<Vec<_>>());
@@ -560,6 +591,8 @@ mod tests {
         assert_eq!(Layout::parse("single"), Ok(Layout::Colocated { replicas: 1 }));
         assert_eq!(Layout::parse(" replicas:2 "), Ok(Layout::Colocated { replicas: 2 }));
         assert_eq!(Layout::parse("pd"), Ok(Layout::Disaggregated));
+        assert_eq!((Layout::Disaggregated.role(0), Layout::Disaggregated.role(1)), ("prefill".into(), "decode".into()));
+        assert_eq!(Layout::Colocated { replicas: 3 }.role(2), "replica 3");
         for bad in ["replicas:0", "replicas:", "p/d", ""] {
             assert!(Layout::parse(bad).is_err(), "{bad}");
         }

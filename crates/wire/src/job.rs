@@ -403,8 +403,9 @@ pub enum JobProgress {
 /// milliseconds into it (on the clock of the instance that stepped last),
 /// its requests finished, running and waiting, and the running batch's
 /// K/V (note 03's payload against allocated bytes, live) beside what the
-/// scheduler counts of the budget, every instance summed.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// scheduler counts of the budget, every instance summed; and where the
+/// requests are, instance by instance, so a reader sees which wait.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerationTick {
     pub run: usize,
     pub runs: usize,
@@ -412,6 +413,9 @@ pub struct GenerationTick {
     pub finished: usize,
     pub running: usize,
     pub waiting: usize,
+    pub layout: serving::disaggregation::Layout,
+    /// In the layout's order (the prefill instance first when disaggregated).
+    pub instances: Vec<serving::disaggregation::InstanceQueue>,
     pub kv: serving::batching::KvBytes,
     /// Blocks in use at the block's bytes (reservations included).
     pub counted_kv_bytes: u64,
