@@ -14,6 +14,7 @@ use bench::decode_study::{
 };
 use bench::report::format_ms;
 use leptos::prelude::*;
+use serving::disaggregation::InstanceQueue;
 use serving::Percentiles;
 use wire::job::GenerationTick;
 use wire::{Deferred, JobEvent, JobKind, JobProgress, JobRequest, JobResult};
@@ -101,14 +102,15 @@ pub fn ServeGenerateCard() -> impl IntoView {
     let progress = move || {
         (worker.running.get() == Some(JobKind::ServeGenerate)).then(|| {
             let text = state.tick.get().map_or("preparing the prompts".to_string(), |t| {
+                let all: InstanceQueue = t.instances.iter().copied().sum();
                 format!(
                     "run {} of {}: {:.1} s, {} finished, {} running, {} waiting · K/V of the running batch: {} by the formula, {} allocated in pages, {} of the {} budget counted",
                     t.run + 1,
                     t.runs,
                     t.t_ms / 1000.0,
                     t.finished,
-                    t.running,
-                    t.waiting,
+                    all.running,
+                    all.waiting,
                     bytes_label(t.kv.payload as f64),
                     bytes_label(t.kv.allocated as f64),
                     bytes_label(t.counted_kv_bytes as f64),

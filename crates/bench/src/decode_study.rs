@@ -353,6 +353,7 @@ pub fn pd_timeline_svg(run: &GenerationRun) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h:.0}" role="img" class="pd-timeline" aria-label="Prefill and decode: {label}"><title>Prefill and decode: {label}</title>"#
     );
     out.push_str(&crate::serve::plot::time_axis(end, h, x));
+    let transfers: std::collections::HashMap<u64, &Transfer> = run.transfers.iter().map(|t| (t.id, t)).collect();
     for (i, r) in records.iter().enumerate() {
         let y = 28.0 + bar * i as f64;
         let waited = r.start_ms.unwrap_or(r.end_ms);
@@ -387,7 +388,7 @@ pub fn pd_timeline_svg(run: &GenerationRun) -> String {
             ));
         }
         // Over the bars beside it, so a hand-off of a millisecond still shows.
-        if let Some(t) = run.transfers.iter().find(|t| t.id == r.id) {
+        if let Some(t) = transfers.get(&r.id) {
             out.push_str(&format!(
                 r#"<rect class="transfer" data-id="{}" x="{:.1}" y="{y:.1}" width="{:.2}" height="{:.1}"><title>#{} K/V hand-off: {:.2} MB, copied out and in in {:.1} ms, admissible {:.1} ms after its first token</title></rect>"#,
                 t.id,

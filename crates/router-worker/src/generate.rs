@@ -121,14 +121,11 @@ impl RouterWorker {
                 }
                 let ClusterStep::Stepped { now_ms, .. } = cluster.step(&mut stopwatch) else { break };
                 if stopwatch() - last_yield >= YIELD_EVERY_MS {
-                    let (running, waiting) = cluster.queue();
                     let tick = GenerationTick {
                         run: index,
                         runs: planned.len(),
                         t_ms: now_ms,
                         finished: cluster.finished(),
-                        running,
-                        waiting,
                         layout: run.layout,
                         instances: cluster.queues(),
                         kv: cluster.running_kv_bytes(),

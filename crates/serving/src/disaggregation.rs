@@ -118,6 +118,13 @@ pub struct InstanceQueue {
     pub waiting: usize,
 }
 
+/// Several instances' queues as one.
+impl std::iter::Sum for InstanceQueue {
+    fn sum<I: Iterator<Item = InstanceQueue>>(iter: I) -> InstanceQueue {
+        iter.fold(InstanceQueue::default(), |a, b| InstanceQueue { running: a.running + b.running, waiting: a.waiting + b.waiting })
+    }
+}
+
 /// The cluster's settings beyond each instance's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ClusterSettings {
@@ -347,13 +354,9 @@ impl<E: HandOff> Cluster<E> {
         self.instances.iter().map(ended).sum::<usize>() + self.lost.len()
     }
 
-    /// Requests running and waiting now, over every instance.
-    pub fn queue(&self) -> (usize, usize) {
-        self.instances.iter().map(|i| i.server.queue()).fold((0, 0), |(r, w), (a, b)| (r + a, w + b))
-    }
-
     /// Requests running and waiting now, instance by instance (the
-    /// layout's order: the prefill instance first when disaggregated).
+    /// layout's order: the prefill instance first when disaggregated;
+    /// summed, the whole cluster's).
     pub fn queues(&self) -> Vec<InstanceQueue> {
         self.instances
             .iter()

@@ -401,18 +401,17 @@ pub enum JobProgress {
 
 /// Where a generating serving test is: which run of how many, the
 /// milliseconds into it (on the clock of the instance that stepped last),
-/// its requests finished, running and waiting, and the running batch's
-/// K/V (note 03's payload against allocated bytes, live) beside what the
-/// scheduler counts of the budget, every instance summed; and where the
-/// requests are, instance by instance, so a reader sees which wait.
+/// its requests finished, where the others are instance by instance
+/// (running and waiting; summed, the run's), so a reader sees which wait,
+/// and the running batch's K/V (note 03's payload against allocated
+/// bytes, live) beside what the scheduler counts of the budget, every
+/// instance summed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerationTick {
     pub run: usize,
     pub runs: usize,
     pub t_ms: f64,
     pub finished: usize,
-    pub running: usize,
-    pub waiting: usize,
     pub layout: serving::disaggregation::Layout,
     /// In the layout's order (the prefill instance first when disaggregated).
     pub instances: Vec<serving::disaggregation::InstanceQueue>,

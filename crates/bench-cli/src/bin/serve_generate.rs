@@ -163,10 +163,11 @@ fn run(args: Args) -> Result<()> {
     for line in tradeoff_lines(&runs) {
         println!("{line}");
     }
-    let transfers: Vec<_> = runs.iter().flat_map(|r| r.transfers.iter()).collect();
-    if !transfers.is_empty() {
+    // P/D against colocated, when a run was disaggregated.
+    let separation = separation_lines(&runs);
+    if !separation.is_empty() {
         println!();
-        for line in separation_lines(&runs) {
+        for line in separation {
             println!("{line}");
         }
     }
